@@ -1,0 +1,41 @@
+"""Frozen value types shared by the pure core and the shell around it (no I/O)."""
+
+from gridctl.domain.desired import DesiredState, Fleet
+from gridctl.domain.fleet import (
+    ALL_DATA_TIERS,
+    CachedArtifact,
+    FleetSnapshot,
+    HostResources,
+    HostSnapshot,
+    HostSpec,
+    ModelDemand,
+    Residency,
+)
+from gridctl.domain.policy import DEFAULT_WORKLOADS, ControllerPolicy, Workload, WorkloadCatalog
+from gridctl.domain.profiles import DEFAULT_RUNTIME, Artifact, ModelProfile
+from gridctl.domain.states import DataTier, HostState, Mode, Ownership, ResidencyState
+
+__all__ = [
+    "ALL_DATA_TIERS",
+    "DEFAULT_RUNTIME",
+    "DEFAULT_WORKLOADS",
+    "Artifact",
+    "CachedArtifact",
+    "ControllerPolicy",
+    "DataTier",
+    "DesiredState",
+    "Fleet",
+    "FleetSnapshot",
+    "HostResources",
+    "HostSnapshot",
+    "HostSpec",
+    "HostState",
+    "Mode",
+    "ModelDemand",
+    "ModelProfile",
+    "Ownership",
+    "Residency",
+    "ResidencyState",
+    "Workload",
+    "WorkloadCatalog",
+]

@@ -1,0 +1,139 @@
+"""What the fleet looks like: hosts, their resources and residencies, and demand.
+
+These are observations, frozen at one instant (``FleetSnapshot.now``). The
+planner reads them and never mutates them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gridctl.domain.states import DataTier, HostState, Ownership, ResidencyState
+
+ALL_DATA_TIERS: tuple[DataTier, ...] = tuple(DataTier)
+
+
+@dataclass(frozen=True)
+class HostResources:
+    """Capacity and policy facts a host reports (or a ``Fleet`` document declares)."""
+
+    capacity_mb: int
+    reserved_mb: int = 0
+    external_mb: int = 0  # memory used by unmanaged workloads right now
+    thermal_derate: float = 1.0  # fraction of capacity usable after thermal derating
+    throttle_fraction: float = 1.0  # fraction offered for new placement while throttled
+    runtimes: tuple[str, ...] = ("llama.cpp",)
+    backends: tuple[str, ...] = ()
+    gpu_count: int = 0
+    gpu_memory_mb: int = 0
+    failure_domain: str = "default"
+    tags: tuple[str, ...] = ()
+    allowed_models: tuple[str, ...] = ()  # empty = any
+    denied_models: tuple[str, ...] = ()
+    allowed_data_tiers: tuple[DataTier, ...] = ALL_DATA_TIERS
+    max_models: int = 0  # 0 = unlimited
+    disk_free_mb: int | None = None  # None = unknown (never authorises a transfer)
+    disk_total_mb: int | None = None
+    memory_bandwidth_gbps: float | None = None
+    compute_gflops: float | None = None
+    host_priority: int = 0
+    measured_tokens_per_second: float | None = None
+    measured_latency_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class Residency:
+    """One model's presence on one host."""
+
+    model_id: str
+    memory_mb: int
+    state: ResidencyState
+    artifact_sha256: str | None = None
+    runtime: str | None = None  # None = not reported; account the largest matching estimate
+    loaded_at: float | None = None
+    last_used_at: float | None = None
+    ownership: Ownership = Ownership.MANAGED
+    pinned: bool = False
+    active_requests: int = 0
+
+    @property
+    def actuatable(self) -> bool:
+        """Only managed, unpinned residencies may be drained or unloaded by gridctl."""
+        return self.ownership is Ownership.MANAGED and not self.pinned
+
+
+@dataclass(frozen=True)
+class CachedArtifact:
+    """Weights present on a host's disk (no process, no memory)."""
+
+    model_id: str
+    artifact_sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class HostSnapshot:
+    """The controller's latest view of one host."""
+
+    host_id: str
+    resources: HostResources
+    state: HostState = HostState.ACCEPTING
+    last_heartbeat: float | None = None
+    residencies: tuple[Residency, ...] = ()
+    cached: tuple[CachedArtifact, ...] = ()
+    failed_attempts: tuple[tuple[str, int], ...] = ()  # (model_id, persisted failures)
+    kind: str = "managed"
+
+
+@dataclass(frozen=True)
+class ModelDemand:
+    """Short-horizon demand forecast for one model.
+
+    ``requests_per_minute``/``queue_depth``/latency/errors are direct evidence;
+    ``correlated_requests_per_minute`` is inferred (correlation) evidence only.
+    """
+
+    model_id: str
+    requests_per_minute: float = 0.0
+    offered_concurrency: float = 0.0
+    queue_depth: float = 0.0
+    p95_latency_ms: float | None = None
+    error_rate: float = 0.0
+    trend_per_minute: float = 0.0
+    confidence: float = 1.0
+    sample_count: int = 0
+    correlated_requests_per_minute: float = 0.0
+    observed_peak_requests_per_minute: float = 0.0
+
+    @property
+    def has_direct_evidence(self) -> bool:
+        return self.requests_per_minute > 0 or self.queue_depth > 0 or self.error_rate > 0
+
+    @property
+    def correlation_only(self) -> bool:
+        return not self.has_direct_evidence and self.correlated_requests_per_minute > 0
+
+
+@dataclass(frozen=True)
+class FleetSnapshot:
+    """A frozen observation of the whole fleet, as ``gridctl plan --against`` reads it."""
+
+    now: float
+    hosts: tuple[HostSnapshot, ...] = ()
+    demand: tuple[ModelDemand, ...] = ()
+    extras: dict[str, object] = field(default_factory=dict)
+
+    def host(self, host_id: str) -> HostSnapshot | None:
+        for h in self.hosts:
+            if h.host_id == host_id:
+                return h
+        return None
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """A logical host declared in a ``Fleet`` document (test fleet and lab)."""
+
+    host_id: str
+    resources: HostResources
+    kind: str = "managed"
+    cached: tuple[CachedArtifact, ...] = ()

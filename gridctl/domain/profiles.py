@@ -1,0 +1,71 @@
+"""Model profiles: what an operator declares about one model."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from gridctl.domain.states import DataTier
+
+DEFAULT_RUNTIME = "llama.cpp"
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """The immutable weights of a model: digest, operator-authorised source, size ceiling."""
+
+    sha256: str | None = None
+    source: str | None = None
+    size_mb: int | None = None
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """One configured model (YAML kind ``ModelProfile``).
+
+    ``memory_mb`` is the resident runtime budget of one replica, not the file size;
+    ``runtime_memory_mb`` overrides it per runtime.
+    """
+
+    name: str
+    memory_mb: int
+    runtime_memory_mb: Mapping[str, int] = field(default_factory=dict)
+    artifact: Artifact = field(default_factory=Artifact)
+    runtimes: tuple[str, ...] = (DEFAULT_RUNTIME,)
+    backends: tuple[str, ...] = ()
+    data_tier: DataTier = DataTier.INTERNAL
+    required_tags: tuple[str, ...] = ()
+    forbidden_tags: tuple[str, ...] = ()
+    pins: tuple[str, ...] = ()
+    min_replicas: int = 0
+    max_replicas: int = 1
+    priority: int = 50
+    min_failure_domains: int = 1
+    max_colocated_models: int = 0
+    colocation_excludes: tuple[str, ...] = ()
+    workload_scores: Mapping[str, float] = field(default_factory=dict)
+    target_utilization: float = 0.7
+    expected_service_seconds: float = 2.0
+    latency_slo_ms: int | None = None
+    load_seconds: float = 30.0
+    warm_seconds: float = 10.0
+    min_residency_seconds: float = 300.0
+    scale_down_cooldown_seconds: float = 600.0
+    replica_concurrency: int = 1
+    min_gpu_count: int = 0
+    min_gpu_memory_mb: int = 0
+
+    def memory_for(self, runtime: str) -> int:
+        """Resident footprint of one replica on ``runtime``."""
+        return int(self.runtime_memory_mb.get(runtime, self.memory_mb))
+
+    def largest_memory_among(self, runtimes: tuple[str, ...] | frozenset[str]) -> int:
+        """The conservative footprint when a residency does not say its runtime."""
+        matching = [r for r in self.runtimes if r in runtimes]
+        if not matching:
+            return self.memory_mb
+        return max(self.memory_for(r) for r in matching)
+
+    @property
+    def artifact_sha256(self) -> str | None:
+        return self.artifact.sha256
