@@ -1,0 +1,53 @@
+"""The ``gridctl`` command: argument parsing and dispatch to one module per command."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# Each module exposes ``register(subparsers)``; the parser it adds sets ``func``.
+COMMAND_MODULES = (
+    "gridctl.cli.validate_cmd",
+    "gridctl.cli.plan_cmd",
+    "gridctl.cli.split_cmd",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gridctl",
+        description=(
+            "Declarative placement of AI models on a mixed fleet. Model profiles, modes and "
+            "policies live as YAML in a watched directory; gridctl plans and converges."
+        ),
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue  # command not built yet
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
