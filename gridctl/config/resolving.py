@@ -1,0 +1,159 @@
+"""Turn schema-valid, default-filled documents into frozen domain objects.
+
+Only called on input that already passed its schema, so shape errors cannot
+occur here; canonicalisation (lowercase digests, sorted sets) happens here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from gridctl.domain import (
+    Artifact,
+    CachedArtifact,
+    ControllerPolicy,
+    DataTier,
+    Fleet,
+    HostResources,
+    HostSpec,
+    Mode,
+    ModelProfile,
+    Workload,
+    WorkloadCatalog,
+)
+
+_RESOURCE_FIELDS = {f.name for f in dataclasses.fields(HostResources)}
+_TUPLE_RESOURCE_FIELDS = {
+    "runtimes",
+    "backends",
+    "tags",
+    "allowed_models",
+    "denied_models",
+}
+
+
+def canonical_sha256(value: str | None) -> str | None:
+    return value.lower() if isinstance(value, str) else None
+
+
+def sorted_tuple(values: Any) -> tuple[str, ...]:
+    return tuple(sorted(str(v) for v in values or ()))
+
+
+def profile_from_document(doc: dict[str, Any]) -> ModelProfile:
+    spec = doc["spec"]
+    artifact = spec.get("artifact") or {}
+    return ModelProfile(
+        name=doc["metadata"]["name"],
+        memory_mb=spec["memory_mb"],
+        runtime_memory_mb=dict(sorted(spec["runtime_memory_mb"].items())),
+        artifact=Artifact(
+            sha256=canonical_sha256(artifact.get("sha256")),
+            source=artifact.get("source"),
+            size_mb=artifact.get("size_mb"),
+        ),
+        runtimes=tuple(spec["runtimes"]),
+        backends=sorted_tuple(spec["backends"]),
+        data_tier=DataTier(spec["data_tier"]),
+        required_tags=sorted_tuple(spec["required_tags"]),
+        forbidden_tags=sorted_tuple(spec["forbidden_tags"]),
+        pins=sorted_tuple(spec["pins"]),
+        min_replicas=spec["min_replicas"],
+        max_replicas=spec["max_replicas"],
+        priority=spec["priority"],
+        min_failure_domains=spec["min_failure_domains"],
+        max_colocated_models=spec["max_colocated_models"],
+        colocation_excludes=sorted_tuple(spec["colocation_excludes"]),
+        workload_scores={k: float(v) for k, v in sorted(spec["workload_scores"].items())},
+        target_utilization=float(spec["target_utilization"]),
+        expected_service_seconds=float(spec["expected_service_seconds"]),
+        latency_slo_ms=spec["latency_slo_ms"],
+        load_seconds=float(spec["load_seconds"]),
+        warm_seconds=float(spec["warm_seconds"]),
+        min_residency_seconds=float(spec["min_residency_seconds"]),
+        scale_down_cooldown_seconds=float(spec["scale_down_cooldown_seconds"]),
+        replica_concurrency=spec["replica_concurrency"],
+        min_gpu_count=spec["min_gpu_count"],
+        min_gpu_memory_mb=spec["min_gpu_memory_mb"],
+    )
+
+
+def policy_from_document(doc: dict[str, Any]) -> ControllerPolicy:
+    spec = dict(doc.get("spec") or {})
+    kwargs: dict[str, Any] = {"name": doc["metadata"]["name"]}
+    for field in dataclasses.fields(ControllerPolicy):
+        if field.name in spec:
+            value = spec[field.name]
+            if field.name == "mode":
+                value = Mode(value)
+            elif isinstance(field.default, float):
+                value = float(value)
+            kwargs[field.name] = value
+    return ControllerPolicy(**kwargs)
+
+
+def catalog_from_document(doc: dict[str, Any]) -> WorkloadCatalog:
+    spec = doc["spec"]
+    workloads = tuple(
+        Workload(
+            name=w["name"],
+            keywords=tuple(w["keywords"]),
+            endpoints=tuple(w["endpoints"]),
+            modalities=tuple(w["modalities"]),
+        )
+        for w in spec["workloads"]
+    )
+    return WorkloadCatalog(
+        name=doc["metadata"]["name"],
+        workloads=workloads,
+        default_workload=spec["default_workload"],
+    )
+
+
+def resources_from_mapping(data: dict[str, Any]) -> HostResources:
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in _RESOURCE_FIELDS:
+            continue  # wire peers may add fields; they are ignored
+        if key in _TUPLE_RESOURCE_FIELDS:
+            value = sorted_tuple(value)
+        elif key == "allowed_data_tiers":
+            value = tuple(sorted((DataTier(v) for v in value), key=list(DataTier).index))
+        elif key in ("thermal_derate", "throttle_fraction") and value is not None:
+            value = float(value)
+        kwargs[key] = value
+    return HostResources(**kwargs)
+
+
+def cached_from_list(values: Any) -> tuple[CachedArtifact, ...]:
+    cached: list[CachedArtifact] = []
+    for value in values or ():
+        if isinstance(value, str):
+            cached.append(CachedArtifact(model_id=value))
+        else:
+            cached.append(
+                CachedArtifact(
+                    model_id=value["model_id"],
+                    artifact_sha256=canonical_sha256(value.get("artifact_sha256")),
+                )
+            )
+    return tuple(sorted(set(cached), key=lambda c: (c.model_id, c.artifact_sha256 or "")))
+
+
+def fleet_from_document(doc: dict[str, Any]) -> Fleet:
+    spec = doc["spec"]
+    hosts = tuple(
+        HostSpec(
+            host_id=h["host_id"],
+            resources=resources_from_mapping(h),
+            kind=h["kind"],
+            cached=cached_from_list(h["cached_models"]),
+        )
+        for h in spec["hosts"]
+    )
+    return Fleet(
+        name=doc["metadata"]["name"],
+        hosts=tuple(sorted(hosts, key=lambda h: h.host_id)),
+        description=spec.get("description", ""),
+    )

@@ -1,0 +1,60 @@
+"""The revision that identifies one loaded desired state.
+
+Inside a git work tree with nothing uncommitted under the directory it is the
+commit SHA; otherwise ``sha256:<digest>`` of the canonical documents, marked
+dirty, so two directories with the same meaning share a revision.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+GIT_TIMEOUT_SECONDS = 10
+
+
+def _git(directory: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", *args],
+            cwd=directory,
+            capture_output=True,
+            text=True,
+            timeout=GIT_TIMEOUT_SECONDS,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def git_revision(directory: Path) -> str | None:
+    """The HEAD commit SHA when ``directory`` is clean in a git work tree, else None."""
+    if _git(directory, "rev-parse", "--is-inside-work-tree") is None:
+        return None
+    status = _git(directory, "status", "--porcelain", "--untracked-files=all", "--", ".")
+    if status is None or status.strip():
+        return None
+    head = _git(directory, "rev-parse", "HEAD")
+    return head.strip() if head else None
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def content_digest(documents: list[Any]) -> str:
+    """``sha256:`` digest of documents, independent of their file order."""
+    canon = sorted(canonical_json(d) for d in documents)
+    return "sha256:" + hashlib.sha256("\n".join(canon).encode("utf-8")).hexdigest()
+
+
+def revision_of(directory: Path, documents: list[Any]) -> tuple[str, bool]:
+    """``(revision, dirty)`` for a directory whose canonical documents are given."""
+    sha = git_revision(directory)
+    if sha is not None:
+        return sha, False
+    return content_digest(documents), True

@@ -1,0 +1,139 @@
+"""Access to the JSON Schemas in ``schemas/``: the single source of validation truth.
+
+Schemas reference each other with relative ``$ref``s (so editors resolve them
+from the file system too); here each one is registered under its file URI.
+Defaults are read from the schemas as well: ``fill_defaults`` applies every
+``default`` an omitted property declares.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from referencing import Registry, Resource
+from referencing.exceptions import NoSuchResource
+from referencing.jsonschema import DRAFT202012
+
+KIND_SCHEMAS: dict[str, str] = {
+    "ModelProfile": "model-profile.schema.json",
+    "ControllerPolicy": "controller-policy.schema.json",
+    "WorkloadCatalog": "workload-catalog.schema.json",
+    "Fleet": "fleet.schema.json",
+}
+
+
+def schema_dir() -> Path:
+    """Where the schemas live: ``$GRIDCTL_SCHEMAS`` or ``schemas/`` beside the package."""
+    override = os.environ.get("GRIDCTL_SCHEMAS")
+    if override:
+        return Path(override).resolve()
+    return (Path(__file__).resolve().parent.parent.parent / "schemas").resolve()
+
+
+def _uri(path: Path) -> str:
+    return path.resolve().as_uri()
+
+
+@cache
+def _raw(uri: str) -> dict[str, Any]:
+    base = schema_dir()
+    path = Path(uri.removeprefix("file://"))
+    if base not in path.parents:
+        raise NoSuchResource(ref=uri)
+    with path.open(encoding="utf-8") as handle:
+        data: dict[str, Any] = json.load(handle)
+    return data
+
+
+def _retrieve(uri: str) -> Resource[Any]:
+    return Resource.from_contents(_raw(uri.split("#", 1)[0]), default_specification=DRAFT202012)
+
+
+@cache
+def _registry() -> Registry[Any]:
+    return Registry(retrieve=_retrieve)  # type: ignore[call-arg]
+
+
+@cache
+def load_schema(relative: str) -> dict[str, Any]:
+    """The schema at ``schemas/<relative>``, with ``$id`` set to its file URI."""
+    uri = _uri(schema_dir() / relative)
+    schema = dict(_raw(uri))
+    schema["$id"] = uri
+    return schema
+
+
+@cache
+def validator(relative: str) -> Draft202012Validator:
+    return Draft202012Validator(load_schema(relative), registry=_registry())
+
+
+def resolve(schema: dict[str, Any], base_uri: str) -> tuple[dict[str, Any], str]:
+    """Follow ``$ref`` chains until a schema without one."""
+    seen = 0
+    while "$ref" in schema and seen < 32:
+        seen += 1
+        resolver = _registry().resolver(base_uri=base_uri)
+        resolved = resolver.lookup(schema["$ref"])
+        base_uri = resolved.resolver._base_uri  # noqa: SLF001 - referencing exposes no getter
+        merged = dict(resolved.contents)
+        merged.update({k: v for k, v in schema.items() if k != "$ref"})
+        schema = merged
+    return schema, base_uri
+
+
+def _object_properties(schema: dict[str, Any], base_uri: str) -> list[tuple[str, dict[str, Any], str]]:
+    schema, base_uri = resolve(schema, base_uri)
+    found = [(name, sub, base_uri) for name, sub in schema.get("properties", {}).items()]
+    for member in schema.get("allOf", []):
+        found.extend(_object_properties(member, base_uri))
+    return found
+
+
+def _fill(instance: Any, schema: dict[str, Any], base_uri: str) -> None:
+    schema, base_uri = resolve(schema, base_uri)
+    if isinstance(instance, dict):
+        for name, sub, sub_base in _object_properties(schema, base_uri):
+            resolved, resolved_base = resolve(sub, sub_base)
+            if name not in instance:
+                if "default" in sub:
+                    instance[name] = copy.deepcopy(sub["default"])
+                elif "default" in resolved:
+                    instance[name] = copy.deepcopy(resolved["default"])
+                else:
+                    continue
+            _fill(instance[name], resolved, resolved_base)
+    elif isinstance(instance, list) and isinstance(schema.get("items"), dict):
+        for item in instance:
+            _fill(item, schema["items"], base_uri)
+
+
+def fill_defaults(instance: Any, relative: str) -> Any:
+    """A deep copy of a *valid* ``instance`` with every schema default applied."""
+    result = copy.deepcopy(instance)
+    schema = load_schema(relative)
+    _fill(result, schema, schema["$id"])
+    return result
+
+
+def defaults_of(relative: str, pointer: str) -> dict[str, Any]:
+    """``{property: default}`` of the object schema at ``pointer`` inside a schema."""
+    schema = load_schema(relative)
+    node: dict[str, Any] = schema
+    for token in [t for t in pointer.split("/") if t]:
+        node = node[token]
+    node, base = resolve(node, schema["$id"])
+    result: dict[str, Any] = {}
+    for name, sub, sub_base in _object_properties(node, base):
+        resolved, _ = resolve(sub, sub_base)
+        if "default" in sub:
+            result[name] = sub["default"]
+        elif "default" in resolved:
+            result[name] = resolved["default"]
+    return result
