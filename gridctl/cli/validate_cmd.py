@@ -22,10 +22,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             "FILE:LINE:COL: Kind/name: /json/pointer: message. Loading is all-or-nothing."
         ),
     )
-    parser.add_argument("directory", nargs="?", default=DEFAULT_DIRECTORY, metavar="DIR",
-                        help=f"directory or single YAML file (default: {DEFAULT_DIRECTORY})")
-    parser.add_argument("--json", action="store_true",
-                        help="print a machine-readable report instead of lines")
+    parser.add_argument(
+        "directory",
+        nargs="?",
+        default=DEFAULT_DIRECTORY,
+        metavar="DIR",
+        help=f"directory or single YAML file (default: {DEFAULT_DIRECTORY})",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print a machine-readable report instead of lines"
+    )
     parser.set_defaults(func=run)
 
 
@@ -40,9 +46,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: {warning.render()}", file=sys.stderr)
     if report.valid:
         dirty = " (uncommitted changes)" if report.dirty else ""
-        print(f"{report.path}: valid, {report.documents} documents, "
-              f"revision {report.revision}{dirty}")
+        print(
+            f"{report.path}: valid, {report.documents} documents, revision {report.revision}{dirty}"
+        )
         return 0
-    print(f"{report.path}: invalid, {len(report.errors)} error(s) in {report.documents} "
-          f"documents", file=sys.stderr)
+    print(
+        f"{report.path}: invalid, {len(report.errors)} error(s) in {report.documents} documents",
+        file=sys.stderr,
+    )
     return 1

@@ -15,7 +15,13 @@ from jsonschema.exceptions import ValidationError
 
 from gridctl.config import resolving
 from gridctl.config.revision import content_digest, revision_of
-from gridctl.config.schemas import KIND_SCHEMAS, fill_defaults, validator
+from gridctl.config.schemas import (
+    KIND_SCHEMAS,
+    fill_defaults,
+    load_schema,
+    object_properties,
+    validator,
+)
 from gridctl.config.semantics import Checked, check_documents
 from gridctl.config.yamlsource import SourceDocument, escape_pointer_token, parse_yaml
 from gridctl.domain import ControllerPolicy, DesiredState, WorkloadCatalog
@@ -79,7 +85,9 @@ def _read(path: Path, shown: str) -> tuple[str | None, ConfigIssue | None]:
     try:
         size = path.stat().st_size
         if size > MAX_FILE_BYTES:
-            return None, ConfigIssue(shown, 0, 0, message=f"file is larger than {MAX_FILE_BYTES} bytes")
+            return None, ConfigIssue(
+                shown, 0, 0, message=f"file is larger than {MAX_FILE_BYTES} bytes"
+            )
         return path.read_bytes().decode("utf-8"), None
     except UnicodeDecodeError as exc:
         return None, ConfigIssue(shown, 0, 0, message=f"file is not UTF-8: {exc.reason}")
@@ -110,28 +118,29 @@ def _schema_issues(doc: SourceDocument, kind: str, name: str, relative: str) -> 
 
     errors = sorted(validator(relative).iter_errors(doc.data), key=lambda e: list(map(str, e.path)))
     for error in errors:
-        _explain(error, add)
+        _explain(error, add, load_schema(relative)["$id"])
     return issues
 
 
-def _explain(error: ValidationError, add: Any) -> None:
+def _explain(error: ValidationError, add: Any, base_uri: str) -> None:
     pointer = _pointer(error.absolute_path)
     instance = error.instance
     if error.validator in ("additionalProperties", "unevaluatedProperties") and isinstance(
         instance, dict
     ):
-        known = set(error.schema.get("properties", {}))
-        for sub in error.schema.get("allOf", []):
-            known |= set(sub.get("properties", {}))
+        schema = error.schema if isinstance(error.schema, dict) else {}
+        known = {name for name, _, _ in object_properties(schema, base_uri)}
         unknown = [k for k in instance if k not in known] or list(instance)
         for key in unknown:
             add(f"{pointer}/{escape_pointer_token(key)}", f"unknown field {key!r}", key=True)
         return
     if error.validator == "required" and isinstance(instance, dict):
-        for missing in error.validator_value:
+        for missing in error.validator_value:  # type: ignore[union-attr]
             if missing not in instance:
-                add(f"{pointer}/{escape_pointer_token(missing)}",
-                    f"missing required field {missing!r}")
+                add(
+                    f"{pointer}/{escape_pointer_token(missing)}",
+                    f"missing required field {missing!r}",
+                )
         return
     add(pointer, error.message)
 
@@ -139,17 +148,29 @@ def _explain(error: ValidationError, add: Any) -> None:
 def _check_document(doc: SourceDocument) -> tuple[Checked | None, list[ConfigIssue]]:
     kind, name = _identity(doc)
     if not isinstance(doc.data, dict):
-        return None, [ConfigIssue(doc.file, doc.line, doc.column, message="a document must be a mapping")]
+        return None, [
+            ConfigIssue(doc.file, doc.line, doc.column, message="a document must be a mapping")
+        ]
     if not kind:
         line, column = doc.position("/kind")
-        return None, [ConfigIssue(doc.file, line, column, "", name, "/kind",
-                                  "missing required field 'kind'")]
+        return None, [
+            ConfigIssue(doc.file, line, column, "", name, "/kind", "missing required field 'kind'")
+        ]
     relative = KIND_SCHEMAS.get(kind)
     if relative is None:
         line, column = doc.position("/kind")
         known = ", ".join(sorted(KIND_SCHEMAS))
-        return None, [ConfigIssue(doc.file, line, column, kind, name, "/kind",
-                                  f"unknown kind {kind!r}; expected one of {known}")]
+        return None, [
+            ConfigIssue(
+                doc.file,
+                line,
+                column,
+                kind,
+                name,
+                "/kind",
+                f"unknown kind {kind!r}; expected one of {known}",
+            )
+        ]
     issues = _schema_issues(doc, kind, name, relative)
     if issues:
         return None, issues
@@ -217,7 +238,9 @@ def check_directory(path: str | Path) -> LoadReport:
         revision, dirty = revision_of(directory, raw_texts)
         if dirty:
             revision = content_digest(raw_texts)
-        return LoadReport(shown_root, revision, dirty, len(sources), sorted(errors), sorted(warnings))
+        return LoadReport(
+            shown_root, revision, dirty, len(sources), sorted(errors), sorted(warnings)
+        )
     revision, dirty = revision_of(directory, [d.data for d in checked])
     state = _build_state(checked, revision, dirty)
     return LoadReport(shown_root, revision, dirty, len(checked), [], sorted(warnings), state)

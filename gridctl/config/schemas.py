@@ -45,7 +45,7 @@ def _raw(uri: str) -> dict[str, Any]:
     base = schema_dir()
     path = Path(uri.removeprefix("file://"))
     if base not in path.parents:
-        raise NoSuchResource(ref=uri)
+        raise NoSuchResource(ref=uri)  # type: ignore[call-arg]
     with path.open(encoding="utf-8") as handle:
         data: dict[str, Any] = json.load(handle)
     return data
@@ -81,25 +81,27 @@ def resolve(schema: dict[str, Any], base_uri: str) -> tuple[dict[str, Any], str]
         seen += 1
         resolver = _registry().resolver(base_uri=base_uri)
         resolved = resolver.lookup(schema["$ref"])
-        base_uri = resolved.resolver._base_uri  # noqa: SLF001 - referencing exposes no getter
+        base_uri = resolved.resolver._base_uri
         merged = dict(resolved.contents)
         merged.update({k: v for k, v in schema.items() if k != "$ref"})
         schema = merged
     return schema, base_uri
 
 
-def _object_properties(schema: dict[str, Any], base_uri: str) -> list[tuple[str, dict[str, Any], str]]:
+def object_properties(
+    schema: dict[str, Any], base_uri: str
+) -> list[tuple[str, dict[str, Any], str]]:
     schema, base_uri = resolve(schema, base_uri)
     found = [(name, sub, base_uri) for name, sub in schema.get("properties", {}).items()]
     for member in schema.get("allOf", []):
-        found.extend(_object_properties(member, base_uri))
+        found.extend(object_properties(member, base_uri))
     return found
 
 
 def _fill(instance: Any, schema: dict[str, Any], base_uri: str) -> None:
     schema, base_uri = resolve(schema, base_uri)
     if isinstance(instance, dict):
-        for name, sub, sub_base in _object_properties(schema, base_uri):
+        for name, sub, sub_base in object_properties(schema, base_uri):
             resolved, resolved_base = resolve(sub, sub_base)
             if name not in instance:
                 if "default" in sub:
@@ -130,7 +132,7 @@ def defaults_of(relative: str, pointer: str) -> dict[str, Any]:
         node = node[token]
     node, base = resolve(node, schema["$id"])
     result: dict[str, Any] = {}
-    for name, sub, sub_base in _object_properties(node, base):
+    for name, sub, sub_base in object_properties(node, base):
         resolved, _ = resolve(sub, sub_base)
         if "default" in sub:
             result[name] = sub["default"]

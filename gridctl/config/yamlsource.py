@@ -175,8 +175,12 @@ def parse_yaml(text: str, file: str) -> tuple[list[SourceDocument], list[ConfigI
             except _TooLarge as too_large:
                 mark = too_large.node.start_mark
                 issues.append(
-                    ConfigIssue(file, mark.line + 1, mark.column + 1,
-                                message=f"document has more than {MAX_NODES} nodes")
+                    ConfigIssue(
+                        file,
+                        mark.line + 1,
+                        mark.column + 1,
+                        message=f"document has more than {MAX_NODES} nodes",
+                    )
                 )
                 continue
             if builder.issues:

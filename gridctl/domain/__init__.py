@@ -1,5 +1,6 @@
 """Frozen value types shared by the pure core and the shell around it (no I/O)."""
 
+from gridctl.domain.actions import Action, ActionKind, Receipt, ReceiptStatus
 from gridctl.domain.desired import DesiredState, Fleet
 from gridctl.domain.fleet import (
     ALL_DATA_TIERS,
@@ -11,6 +12,17 @@ from gridctl.domain.fleet import (
     ModelDemand,
     Residency,
 )
+from gridctl.domain.plans import (
+    Assignment,
+    CandidateExplanation,
+    DemandClass,
+    ModelExplanation,
+    Plan,
+    Preemption,
+    ScoreComponent,
+    Unsatisfied,
+    UnsatisfiedCode,
+)
 from gridctl.domain.policy import DEFAULT_WORKLOADS, ControllerPolicy, Workload, WorkloadCatalog
 from gridctl.domain.profiles import DEFAULT_RUNTIME, Artifact, ModelProfile
 from gridctl.domain.states import DataTier, HostState, Mode, Ownership, ResidencyState
@@ -19,10 +31,15 @@ __all__ = [
     "ALL_DATA_TIERS",
     "DEFAULT_RUNTIME",
     "DEFAULT_WORKLOADS",
+    "Action",
+    "ActionKind",
     "Artifact",
+    "Assignment",
     "CachedArtifact",
+    "CandidateExplanation",
     "ControllerPolicy",
     "DataTier",
+    "DemandClass",
     "DesiredState",
     "Fleet",
     "FleetSnapshot",
@@ -32,10 +49,18 @@ __all__ = [
     "HostState",
     "Mode",
     "ModelDemand",
+    "ModelExplanation",
     "ModelProfile",
     "Ownership",
+    "Plan",
+    "Preemption",
+    "Receipt",
+    "ReceiptStatus",
     "Residency",
     "ResidencyState",
+    "ScoreComponent",
+    "Unsatisfied",
+    "UnsatisfiedCode",
     "Workload",
     "WorkloadCatalog",
 ]

@@ -71,9 +71,7 @@ def judge_claim(current: Claim | None, claim: Claim, now_ms: int) -> ClaimDecisi
         return reject_claim(FenceReason.STALE_TERM, held_term)
     if claim.coordinator_term == current.coordinator_term:
         if claim.same_epoch(current):
-            return ClaimDecision(
-                accepted=True, refreshed=True, current_term=claim.coordinator_term
-            )
+            return ClaimDecision(accepted=True, refreshed=True, current_term=claim.coordinator_term)
         return reject_claim(FenceReason.CONFLICTING_SAME_TERM, held_term)
     return ClaimDecision(
         accepted=True,

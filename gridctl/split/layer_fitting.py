@@ -45,11 +45,7 @@ def layer_capacity(node: PlannerNode, per_layer: int, layer_count: int) -> int:
 def can_fit(nodes: Sequence[PlannerNode], layer_count: int, per_layer: int) -> bool:
     """Every node takes at least one layer and all layers find a node."""
     capacities = [layer_capacity(node, per_layer, layer_count) for node in nodes]
-    return (
-        0 < len(nodes) <= layer_count
-        and min(capacities) >= 1
-        and sum(capacities) >= layer_count
-    )
+    return 0 < len(nodes) <= layer_count and min(capacities) >= 1 and sum(capacities) >= layer_count
 
 
 def split_layers(

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from gridctl.split.context_candidates import context_candidates, context_floor, override_problem
 from gridctl.split.layer_fitting import (
     bytes_per_layer,
-    layer_capacity,
     lay_out_stages,
+    layer_capacity,
     split_layers,
 )
 from gridctl.split.topologies import (
@@ -157,7 +157,7 @@ def _fastest_set(
     estimate; since that estimate outranks margin, the lowest ceiling that
     fits is the only one worth keeping for this context and count.
     """
-    ranked = ranked_nodes(request.nodes)
+    ranked = ranked_nodes(request.nodes)  # cheap next to split_layers; keeps the call simple
     for ceiling in ceilings:
         pool = [node for node in ranked if latencies[node.node_id] <= ceiling]
         if len(pool) < count:
@@ -207,10 +207,17 @@ def _no_topology(request: PlanRequest, contexts: tuple[int, ...]) -> PlanRejecti
         model.layer_count,
         sum(layer_capacity(node, per_layer, model.layer_count) for node in request.nodes),
     )
-    if request.min_nodes > min(len(request.nodes), model.layer_count):
+    holders = sum(1 for node in request.nodes if layer_capacity(node, per_layer, 1) >= 1)
+    most_stages = min(len(request.nodes), model.layer_count)
+    if request.min_nodes > most_stages:
         message = (
             f"at least {request.min_nodes} nodes are required but only "
-            f"{min(len(request.nodes), model.layer_count)} stages are possible"
+            f"{most_stages} stages are possible"
+        )
+    elif placeable >= model.layer_count:
+        message = (
+            f"at least {request.min_nodes} nodes are required but only {holders} "
+            f"can hold a layer at context {lowest}"
         )
     else:
         message = (
