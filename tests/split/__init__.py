@@ -1,0 +1,1 @@
+"""Tests for gridctl.split and the ``gridctl split`` command."""
