@@ -1,0 +1,57 @@
+"""Revision: the commit SHA of a clean git work tree, else a dirty content digest."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gridctl.config import load_directory
+
+PROFILE = "apiVersion: gridctl/v1\nkind: ModelProfile\nmetadata: {name: a}\nspec: {memory_mb: 1}\n"
+
+pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {
+        "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid",
+        "HOME": str(cwd), "PATH": "/usr/bin:/bin:/usr/local/bin",
+    }
+    done = subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True)
+    return done.stdout.strip()
+
+
+def test_clean_commit_then_dirty_edit(tmp_path: Path) -> None:
+    git(tmp_path, "init", "-q")
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "a.yaml").write_text(PROFILE)
+    git(tmp_path, "add", ".")
+    git(tmp_path, "commit", "-qm", "profiles")
+    head = git(tmp_path, "rev-parse", "HEAD")
+
+    clean = load_directory(policies)
+    assert (clean.revision, clean.dirty) == (head, False)
+
+    (policies / "a.yaml").write_text(PROFILE.replace("memory_mb: 1", "memory_mb: 2"))
+    dirty = load_directory(policies)
+    assert dirty.dirty is True
+    assert dirty.revision.startswith("sha256:") and len(dirty.revision) == 7 + 64
+
+    (policies / "a.yaml").write_text(PROFILE)
+    (policies / "new.yaml").write_text(PROFILE.replace("name: a", "name: b"))
+    assert load_directory(policies).dirty is True  # untracked files count
+
+
+def test_digest_is_independent_of_file_layout(tmp_path: Path) -> None:
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir()
+    two.mkdir()
+    (one / "all.yaml").write_text(PROFILE + "---\n" + PROFILE.replace("name: a", "name: b"))
+    (two / "b.yaml").write_text(PROFILE.replace("name: a", "name: b"))
+    (two / "a.yml").write_text("# same meaning, other layout\n" + PROFILE)
+    assert load_directory(one).revision == load_directory(two).revision
