@@ -12,21 +12,21 @@ I/O, clocks or randomness (time is always an argument):
   ranges and parallel lanes from the model's shape and the nodes' memory.
 
 Modules: ``claims`` (messages), ``fence_rules`` (pure judgement),
-``registry`` (a stage's memory), ``stage_work`` (work to fence), ``quorum``,
-``topologies`` (planner values), ``context_candidates``, ``layer_fitting``
+``registry`` (a stage's memory), ``stage_work`` (work to fence), ``startup_quorum``,
+``topologies`` (planner values), ``contexts``, ``layer_fitting``
 and ``planning``.
 """
 
 from gridctl.split.claims import Claim, ClaimKey, StageLoad, StopRequest
-from gridctl.split.context_candidates import context_candidates, context_floor
+from gridctl.split.contexts import context_candidates, context_floor
 from gridctl.split.decisions import ClaimDecision, LoadDecision, StopDecision
 from gridctl.split.fence_rules import claim_shape_problem, judge_claim, judge_load, judge_stop
 from gridctl.split.layer_fitting import bytes_per_layer
 from gridctl.split.planning import plan_topology
-from gridctl.split.quorum import quorum, quorum_reached
 from gridctl.split.reasons import FenceReason
 from gridctl.split.registry import ClaimRegistry
 from gridctl.split.stage_work import StageWork, WorkKind
+from gridctl.split.startup_quorum import quorum, quorum_reached
 from gridctl.split.topologies import (
     CONTEXT_FLOOR,
     DEFAULT_LANES,

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gridctl.split.context_candidates import context_candidates, context_floor, override_problem
+from gridctl.split.contexts import context_candidates, context_floor, override_problem
 from gridctl.split.layer_fitting import (
     bytes_per_layer,
     lay_out_stages,

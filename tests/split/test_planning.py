@@ -91,7 +91,9 @@ def test_node_counts_are_tried_from_the_minimum_upward() -> None:
 
 
 def test_fewer_nodes_win_over_a_higher_node_count() -> None:
-    small = ModelShape(layer_count=8, weight_bytes=8 * GiB, kv_bytes_per_token=0, native_context=4096)
+    small = ModelShape(
+        layer_count=8, weight_bytes=8 * GiB, kv_bytes_per_token=0, native_context=4096
+    )
     plan = plan_of(PlanRequest(small, gpus(3)))
     assert plan.stage_count == 1
 
@@ -150,7 +152,9 @@ def test_no_nodes_is_rejected() -> None:
 
 
 def test_small_native_context_caps_the_floor() -> None:
-    model = ModelShape(layer_count=4, weight_bytes=4 * GiB, kv_bytes_per_token=0, native_context=8192)
+    model = ModelShape(
+        layer_count=4, weight_bytes=4 * GiB, kv_bytes_per_token=0, native_context=8192
+    )
     plan = plan_of(PlanRequest(model, gpus(1)))
     assert plan.context_length == 8192
 
@@ -222,7 +226,10 @@ def test_lower_context_two_stage_plan_beats_deep_plan_that_misses_the_target() -
 
 
 def test_estimate_is_stage_count_times_slowest_selected_latency() -> None:
-    nodes = (gpu("a", 5, headroom_gib=0, latency_ms=2.0), gpu("b", 5, headroom_gib=0, latency_ms=7.5))
+    nodes = (
+        gpu("a", 5, headroom_gib=0, latency_ms=2.0),
+        gpu("b", 5, headroom_gib=0, latency_ms=7.5),
+    )
     plan = plan_of(PlanRequest(SHALLOW, nodes))
     assert plan.stage_count == 2
     assert plan.estimated_decode_network_ms_per_token == 15.0

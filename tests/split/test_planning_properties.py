@@ -1,12 +1,14 @@
 """Planner invariants, checked against brute force over every node subset.
 
-Node counts stay small (at most 6) so every subset can be enumerated; sizes
-are small integers so the search covers fits, near-misses and rejections.
+Node counts stay small (at most 6) so every subset can be enumerated. Node
+memory is drawn in whole layers (plus a remainder) at one of the candidate
+contexts, so the search covers fits, near-misses, caps and rejections.
 """
 
 from __future__ import annotations
 
 from itertools import combinations
+from random import Random
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -23,46 +25,64 @@ from gridctl.split import (
 )
 from gridctl.split.layer_fitting import can_fit, split_layers
 
+# (target missed, network ms, -context, -lanes, -min margin, -total margin, stages, ids)
+Rank = tuple[bool, float, int, int, int, int, int, tuple[str, ...]]
+
 NATIVE_CONTEXTS = (1_000, 4_096, 40_000, 65_536, 100_000, 131_072, 200_000, 262_144)
 
 
 @st.composite
 def models(draw: st.DrawFn) -> ModelShape:
+    layer_count = draw(st.integers(min_value=1, max_value=24))
+    weight_per_layer = draw(st.integers(min_value=0, max_value=100_000))
+    kv_per_layer = draw(st.integers(min_value=0, max_value=2))
     return ModelShape(
-        layer_count=draw(st.integers(min_value=1, max_value=24)),
-        weight_bytes=draw(st.integers(min_value=0, max_value=2_000_000)),
-        kv_bytes_per_token=draw(st.integers(min_value=0, max_value=12)),
+        layer_count=layer_count,
+        weight_bytes=max(0, weight_per_layer * layer_count - draw(st.integers(0, layer_count))),
+        kv_bytes_per_token=max(0, kv_per_layer * layer_count - draw(st.integers(0, 1))),
         native_context=draw(st.sampled_from(NATIVE_CONTEXTS)),
     )
 
 
 @st.composite
-def node_sets(draw: st.DrawFn, with_latency: bool = False) -> tuple[PlannerNode, ...]:
-    ids = draw(st.lists(st.sampled_from("abcdefgh"), min_size=0, max_size=6, unique=True))
+def node_sets(
+    draw: st.DrawFn, model: ModelShape, with_latency: bool = False
+) -> tuple[PlannerNode, ...]:
+    """Nodes sized in layers at one of the candidate contexts, so fits and misses both occur."""
+    ids = draw(st.lists(st.sampled_from("abcdefgh"), min_size=1, max_size=6, unique=True))
+    reference = draw(st.sampled_from(context_candidates(model.native_context)))
+    per_layer = max(1, bytes_per_layer(model, reference))
     latency = (
-        st.one_of(st.none(), st.sampled_from([0.5, 1.0, 2.0, 5.0]))
-        if with_latency
-        else st.none()
+        st.one_of(st.none(), st.sampled_from([0.5, 1.0, 2.0, 5.0])) if with_latency else st.none()
     )
-    return tuple(
-        PlannerNode(
-            node_id=node_id,
-            detected_bytes=draw(st.integers(min_value=0, max_value=4_000_000)),
-            max_bytes=draw(st.one_of(st.none(), st.integers(min_value=0, max_value=4_000_000))),
-            headroom_bytes=draw(st.integers(min_value=0, max_value=400_000)),
-            stage_latency_ms=draw(latency),
+    nodes = []
+    for node_id in ids:
+        usable = draw(st.integers(0, model.layer_count)) * per_layer + draw(
+            st.integers(0, per_layer)
         )
-        for node_id in ids
-    )
+        headroom = draw(st.sampled_from([0, 0, 1, per_layer // 2]))
+        capped = draw(st.booleans())
+        extra = draw(st.integers(0, 2 * per_layer))
+        nodes.append(
+            PlannerNode(
+                node_id=node_id,
+                detected_bytes=usable + headroom + (extra if capped else 0),
+                max_bytes=usable + headroom if capped else None,
+                headroom_bytes=headroom,
+                stage_latency_ms=draw(latency),
+            )
+        )
+    return tuple(nodes)
 
 
 @st.composite
 def requests(draw: st.DrawFn, with_latency: bool = False) -> PlanRequest:
     target = st.one_of(st.none(), st.sampled_from([1.0, 4.0, 10.0])) if with_latency else st.none()
+    model = draw(models())
     return PlanRequest(
-        model=draw(models()),
-        nodes=draw(node_sets(with_latency)),
-        min_nodes=draw(st.integers(min_value=1, max_value=3)),
+        model=model,
+        nodes=draw(node_sets(model, with_latency)),
+        min_nodes=draw(st.sampled_from([1, 1, 1, 2, 3])),
         lanes_override=draw(st.one_of(st.none(), st.integers(min_value=1, max_value=8))),
         target_tpot_ms=draw(target),
     )
@@ -129,9 +149,9 @@ def test_without_latency_no_higher_context_or_smaller_node_set_is_valid(
 
 @settings(max_examples=300, deadline=None)
 @given(requests(with_latency=True), st.randoms(use_true_random=False))
-def test_output_does_not_depend_on_node_input_order(request: PlanRequest, rng: object) -> None:
+def test_output_does_not_depend_on_node_input_order(request: PlanRequest, rng: Random) -> None:
     shuffled = list(request.nodes)
-    rng.shuffle(shuffled)  # type: ignore[attr-defined]
+    rng.shuffle(shuffled)
     reordered = PlanRequest(
         request.model,
         tuple(shuffled),
@@ -156,7 +176,7 @@ def test_latency_scoring_matches_brute_force_over_every_candidate(request: PlanR
         for n in request.nodes
     }
     lanes = (request.lanes_override,) if request.lanes_override else (4, 3, 2, 1)
-    best: tuple[object, ...] | None = None
+    best: Rank | None = None
     for context in context_candidates(request.model.native_context):
         per_layer = bytes_per_layer(request.model, context)
         for size in sizes(request):
@@ -164,12 +184,23 @@ def test_latency_scoring_matches_brute_force_over_every_candidate(request: PlanR
                 counts = split_layers(subset, request.model.layer_count, per_layer)
                 if counts is None:
                     continue
-                margins = [n.usable_bytes - c * per_layer for n, c in zip(subset, counts, strict=True)]
+                margins = [
+                    n.usable_bytes - c * per_layer for n, c in zip(subset, counts, strict=True)
+                ]
                 network = size * max(latency[n.node_id] for n in subset)
                 met = request.target_tpot_ms is not None and network <= request.target_tpot_ms
                 ids = tuple(sorted(n.node_id for n in subset))
                 for lane in lanes:
-                    key = (not met, network, -context, -lane, -min(margins), -sum(margins), size, ids)
+                    key = (
+                        not met,
+                        network,
+                        -context,
+                        -lane,
+                        -min(margins),
+                        -sum(margins),
+                        size,
+                        ids,
+                    )
                     if best is None or key < best:
                         best = key
     if best is None:
@@ -178,8 +209,8 @@ def test_latency_scoring_matches_brute_force_over_every_candidate(request: PlanR
     assert isinstance(plan, TopologyPlan)
     _, network, neg_context, neg_lanes, neg_min_margin, _, size, ids = best
     assert plan.estimated_decode_network_ms_per_token == network
-    assert plan.context_length == -neg_context  # type: ignore[operator]
-    assert plan.parallel_lanes == -neg_lanes  # type: ignore[operator]
-    assert plan.min_margin_bytes == -neg_min_margin  # type: ignore[operator]
+    assert plan.context_length == -neg_context
+    assert plan.parallel_lanes == -neg_lanes
+    assert plan.min_margin_bytes == -neg_min_margin
     assert tuple(s.node_id for s in plan.stages) == ids
     assert plan.stage_count == size

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from gridctl.split import ClaimRegistry, StageWork, WorkKind
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gridctl.split import Claim, ClaimRegistry, StageWork, WorkKind
 
 from .builders import LEASE_MS, NOW_MS, claim, load_for, stop_for, unfenced_load
 
@@ -106,3 +109,36 @@ def test_stale_stop_stays_stale_after_the_lease_expires() -> None:
     registry.accept(claim(coordinator_term=11), NOW_MS)
     long_after = NOW_MS + 10 * LEASE_MS
     assert registry.check_stop(stop_for(claim()), long_after).reason == "stale_term"
+
+
+claims_in_any_order = st.lists(
+    st.builds(
+        claim,
+        coordinator_id=st.sampled_from(["node-a", "node-b", ""]),
+        coordinator_term=st.integers(min_value=0, max_value=6),
+        topology_id=st.sampled_from(["topo-1", "topo-2"]),
+        lease_until_unix_ms=st.integers(min_value=NOW_MS - 10, max_value=NOW_MS + 10),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(claims_in_any_order)
+def test_accepted_term_never_goes_backwards(claims: list[Claim]) -> None:
+    registry = ClaimRegistry()
+    held = 0
+    for proposed in claims:
+        decision = registry.accept(proposed, NOW_MS)
+        current = registry.current(proposed.key)
+        term = current.coordinator_term if current is not None else 0
+        assert term >= held
+        if decision.accepted:
+            assert current == proposed
+            assert decision.supersedes_term == (held if 0 < held < term else None)
+        held = term
+    if (current := registry.current(claim().key)) is not None:
+        # Only the holder of the newest accepted claim can load.
+        assert registry.check_load(load_for(current), NOW_MS).accepted
+        stale = load_for(current, coordinator_term=current.coordinator_term - 1)
+        assert not registry.check_load(stale, NOW_MS).accepted

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gridctl.split import context_candidates, context_floor
-from gridctl.split.context_candidates import override_problem
+from gridctl.split.contexts import override_problem
 
 
 @pytest.mark.parametrize(
@@ -54,7 +56,7 @@ def test_override_validation(native: int, requested: int, problem: str | None) -
 def test_candidates_descend_from_native_to_the_floor(native: int) -> None:
     candidates = context_candidates(native)
     assert candidates[0] == native
-    assert all(high > low for high, low in zip(candidates, candidates[1:], strict=False))
+    assert all(high > low for high, low in pairwise(candidates))
     assert all(context_floor(native) <= c <= native for c in candidates)
     assert all(c & (c - 1) == 0 for c in candidates[1:])
     # No power of two between the floor and native is skipped.
