@@ -1,0 +1,364 @@
+"""Registry truth: what every node last told the controller, merged per stable host.
+
+Registrations and heartbeats are validated against their wire schemas before
+anything changes; a malformed envelope is refused whole. Inside a valid
+envelope each residency row is checked on its own: a bad row is excluded and
+makes that host unhealthy (fail closed). Node clocks are never trusted for
+ages: loaded/last-used ages become timestamps at receipt time. Router-owned
+active-request counters live here too and survive heartbeats.
+
+A residency the node reports READY is only inventory. It counts as WARMING in
+the planning snapshot until the controller's own probe of the child engine
+corroborates it (``corroborate``); only corroborated routes are routable.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from gridctl.config import resolving
+from gridctl.config.schemas import fill_defaults, validator
+from gridctl.config.snapshots import host_state_of, residency_from_row
+from gridctl.config.yamlsource import escape_pointer_token
+from gridctl.domain import (
+    CachedArtifact,
+    FleetSnapshot,
+    HostResources,
+    HostSnapshot,
+    HostState,
+    ModelDemand,
+    Ownership,
+    Residency,
+    ResidencyState,
+)
+from gridctl.errors import WireError
+
+REGISTRATION_SCHEMA = "wire/registration.schema.json"
+HEARTBEAT_SCHEMA = "wire/heartbeat.schema.json"
+
+
+def validate_wire(relative: str, payload: Any) -> None:
+    """Raise ``WireError`` naming the first bad field of ``payload``."""
+    errors = sorted(
+        validator(relative).iter_errors(payload), key=lambda e: [str(p) for p in e.absolute_path]
+    )
+    if errors:
+        error = errors[0]
+        pointer = "".join("/" + escape_pointer_token(str(t)) for t in error.absolute_path)
+        raise WireError(error.message[:300], pointer)
+
+
+@dataclass
+class EngineRoute:
+    """A child engine serving one model on one host, as the router sees it."""
+
+    host_id: str
+    model_id: str
+    endpoint: str
+    api_key: str | None  # private: never serialised into status or discovery
+    managed: bool = True
+    corroborated_at: float | None = None  # last successful controller-side probe
+    max_concurrency: int = 1
+    artifact_sha256: str | None = None
+
+
+@dataclass
+class HostRecord:
+    host_id: str
+    node_id: str
+    role: str
+    resources: HostResources
+    state: HostState
+    reported_state: str
+    registered_at: float
+    last_heartbeat: float
+    residencies: tuple[Residency, ...] = ()
+    cached: tuple[CachedArtifact, ...] = ()
+    unhealthy_reasons: tuple[str, ...] = ()
+    capabilities: tuple[str, ...] = ()
+    routes: dict[str, EngineRoute] = field(default_factory=dict)
+    queue_depth: int = 0
+    active_tasks: int = 0
+
+
+class Registry:
+    """Thread-safe store of host records; every mutation validates first."""
+
+    def __init__(self, route_lease_seconds: float = 60.0) -> None:
+        self._lock = threading.RLock()
+        self._hosts: dict[str, HostRecord] = {}
+        self._active: dict[tuple[str, str], int] = {}  # (host, model) -> router-owned count
+        self._last_used: dict[str, float] = {}  # model -> controller-clock watermark
+        self.route_lease_seconds = route_lease_seconds
+
+    # -- intake ---------------------------------------------------------------
+
+    def register(self, host_id: str, payload: Any, now: float) -> HostRecord:
+        validate_wire(REGISTRATION_SCHEMA, payload)
+        if payload["host_id"] != host_id:
+            raise WireError("host_id does not match the URL", "/host_id")
+        with self._lock:
+            prior = self._hosts.get(host_id)
+            record = self._build(host_id, payload, now, prior, registering=True)
+            self._hosts[host_id] = record
+            return record
+
+    def heartbeat(self, host_id: str, payload: Any, now: float) -> HostRecord:
+        validate_wire(HEARTBEAT_SCHEMA, payload)
+        with self._lock:
+            prior = self._hosts.get(host_id)
+            if prior is None:
+                raise WireError("host is not registered; PUT /nodes/{host_id} first", "/node_id")
+            merged = {
+                "role": prior.role,
+                "host_id": host_id,
+                "resources": payload.get("resources"),
+                "allocator": payload.get("allocator"),
+            }
+            record = self._build(host_id, merged, now, prior, registering=False)
+            load = payload.get("load") or {}
+            record.queue_depth = int(load.get("queue_depth", 0))
+            record.active_tasks = int(load.get("active_tasks", 0))
+            self._hosts[host_id] = record
+            return record
+
+    def _build(
+        self,
+        host_id: str,
+        payload: dict[str, Any],
+        now: float,
+        prior: HostRecord | None,
+        *,
+        registering: bool,
+    ) -> HostRecord:
+        if payload.get("resources") is not None:
+            resources = resolving.resources_from_mapping(
+                fill_defaults(payload["resources"], "defs/host-resources.schema.json")
+            )
+        elif prior is not None:
+            resources = prior.resources
+        else:  # pragma: no cover - the registration schema requires resources
+            raise WireError("resources are required", "/resources")
+        envelope = payload.get("allocator")
+        reasons: list[str] = []
+        if envelope is None and prior is not None:
+            state, reported = prior.state, prior.reported_state
+            residencies, cached = prior.residencies, prior.cached
+            capabilities, key = prior.capabilities, None
+            rows: list[Any] = []
+        else:
+            assert envelope is not None
+            reported = str(envelope.get("state"))
+            state = host_state_of(reported)
+            if state is HostState.UNHEALTHY and reported != HostState.UNHEALTHY.value:
+                reasons.append(f"unknown host lifecycle {reported!r}")
+            rows = list(envelope.get("residencies", []))
+            parsed: list[Residency] = []
+            for index, row in enumerate(rows):
+                residency = residency_from_row(row, now)
+                if residency is None:
+                    reasons.append(f"malformed residency row {index}")
+                    continue
+                parsed.append(residency)
+            residencies = tuple(sorted(parsed, key=lambda r: (r.model_id, r.state.value)))
+            cached = resolving.cached_from_list(envelope.get("cached_models"))
+            capabilities = tuple(sorted(envelope.get("actuator_capabilities", [])))
+            key = envelope.get("engine_api_key")
+        if reasons:
+            state = HostState.UNHEALTHY
+        routes = self._routes(host_id, rows, residencies, key, prior)
+        return HostRecord(
+            host_id=host_id,
+            node_id=host_id,
+            role=str(payload.get("role", prior.role if prior else "allocator")),
+            resources=resources,
+            state=state,
+            reported_state=reported,
+            registered_at=now if registering or prior is None else prior.registered_at,
+            last_heartbeat=now,
+            residencies=residencies,
+            cached=cached,
+            unhealthy_reasons=tuple(reasons),
+            capabilities=capabilities,
+            routes=routes,
+            queue_depth=prior.queue_depth if prior else 0,
+            active_tasks=prior.active_tasks if prior else 0,
+        )
+
+    def _routes(
+        self,
+        host_id: str,
+        rows: list[Any],
+        residencies: tuple[Residency, ...],
+        key: str | None,
+        prior: HostRecord | None,
+    ) -> dict[str, EngineRoute]:
+        endpoints = {
+            row["model_id"]: row
+            for row in rows
+            if isinstance(row, dict)
+            and isinstance(row.get("endpoint"), str)
+            and isinstance(row.get("model_id"), str)
+        }
+        routes: dict[str, EngineRoute] = {}
+        for residency in residencies:
+            row = endpoints.get(residency.model_id)
+            if row is None or residency.state not in (
+                ResidencyState.READY,
+                ResidencyState.DRAINING,
+            ):
+                continue
+            old = prior.routes.get(residency.model_id) if prior else None
+            same = old is not None and old.endpoint == row["endpoint"]
+            routes[residency.model_id] = EngineRoute(
+                host_id=host_id,
+                model_id=residency.model_id,
+                endpoint=row["endpoint"],
+                api_key=key if key is not None else (old.api_key if old else None),
+                managed=residency.ownership is Ownership.MANAGED,
+                corroborated_at=old.corroborated_at if same and old else None,
+                max_concurrency=max(1, int(row.get("max_concurrency", 1) or 1)),
+                artifact_sha256=residency.artifact_sha256,
+            )
+        return routes
+
+    # -- router side ----------------------------------------------------------
+
+    def corroborate(self, host_id: str, model_id: str, endpoint: str, now: float) -> None:
+        """Record a successful probe of a child engine (its /health answered)."""
+        with self._lock:
+            record = self._hosts.get(host_id)
+            route = record.routes.get(model_id) if record else None
+            if route is not None and route.endpoint == endpoint:
+                route.corroborated_at = now
+
+    def routable(self, model_id: str, now: float) -> list[EngineRoute]:
+        """Admitted, ready, corroborated routes for ``model_id`` (invariant 4)."""
+        with self._lock:
+            result = []
+            for record in self._hosts.values():
+                route = record.routes.get(model_id)
+                if route is None or not record.state.admits_new_work:
+                    continue
+                if not self._route_live(record, route, now):
+                    continue
+                residency = next((r for r in record.residencies if r.model_id == model_id), None)
+                if residency is None or residency.state is not ResidencyState.READY:
+                    continue
+                result.append(replace(route))
+            return sorted(result, key=lambda r: r.host_id)
+
+    def _route_live(self, record: HostRecord, route: EngineRoute, now: float) -> bool:
+        fresh = now - record.last_heartbeat <= self.route_lease_seconds
+        probed = route.corroborated_at is not None and (
+            now - route.corroborated_at <= self.route_lease_seconds
+        )
+        return fresh and probed
+
+    def route_lease_left(self, model_id: str, host_id: str, now: float) -> float:
+        """Seconds of routing lease left on a route (0 when not routable)."""
+        with self._lock:
+            record = self._hosts.get(host_id)
+            route = record.routes.get(model_id) if record else None
+            if record is None or route is None or route.corroborated_at is None:
+                return 0.0
+            left = (
+                min(
+                    record.last_heartbeat + self.route_lease_seconds,
+                    route.corroborated_at + self.route_lease_seconds,
+                )
+                - now
+            )
+            return max(0.0, left)
+
+    def probe_targets(self) -> list[tuple[str, str, str]]:
+        """(host, model, endpoint) of every route the controller should probe."""
+        with self._lock:
+            return sorted(
+                (r.host_id, r.model_id, r.endpoint)
+                for record in self._hosts.values()
+                for r in record.routes.values()
+            )
+
+    def served_models(self, now: float) -> list[str]:
+        with self._lock:
+            models = {model for record in self._hosts.values() for model in record.routes}
+        return sorted(m for m in models if self.routable(m, now))
+
+    def request_started(self, host_id: str, model_id: str, now: float) -> None:
+        with self._lock:
+            key = (host_id, model_id)
+            self._active[key] = self._active.get(key, 0) + 1
+            self._last_used[model_id] = max(self._last_used.get(model_id, 0.0), now)
+
+    def request_finished(self, host_id: str, model_id: str, now: float) -> None:
+        with self._lock:
+            key = (host_id, model_id)
+            self._active[key] = max(0, self._active.get(key, 0) - 1)
+            self._last_used[model_id] = max(self._last_used.get(model_id, 0.0), now)
+
+    def active_requests(self, host_id: str, model_id: str) -> int:
+        with self._lock:
+            return self._active.get((host_id, model_id), 0)
+
+    def last_used_watermarks(self) -> dict[str, float]:
+        with self._lock:
+            return dict(sorted(self._last_used.items()))
+
+    def restore_watermarks(self, marks: dict[str, float]) -> None:
+        with self._lock:
+            for model, value in marks.items():
+                self._last_used[model] = max(self._last_used.get(model, 0.0), value)
+
+    # -- planning side --------------------------------------------------------
+
+    def hosts(self) -> list[HostRecord]:
+        with self._lock:
+            return [self._hosts[h] for h in sorted(self._hosts)]
+
+    def host(self, host_id: str) -> HostRecord | None:
+        with self._lock:
+            return self._hosts.get(host_id)
+
+    def forget(self, host_id: str) -> None:
+        with self._lock:
+            self._hosts.pop(host_id, None)
+
+    def snapshot(self, now: float, demand: tuple[ModelDemand, ...] = ()) -> FleetSnapshot:
+        """The frozen observation the planner and reconciler read."""
+        with self._lock:
+            hosts = tuple(self._host_snapshot(self._hosts[h], now) for h in sorted(self._hosts))
+        return FleetSnapshot(now=now, hosts=hosts, demand=demand)
+
+    def _host_snapshot(self, record: HostRecord, now: float) -> HostSnapshot:
+        residencies = []
+        for residency in record.residencies:
+            route = record.routes.get(residency.model_id)
+            active = max(
+                residency.active_requests, self._active.get((record.host_id, residency.model_id), 0)
+            )
+            state = residency.state
+            if (
+                state is ResidencyState.READY
+                and residency.ownership is Ownership.MANAGED
+                and (route is None or not self._route_live(record, route, now))
+            ):
+                state = ResidencyState.WARMING  # inventory, not proof (invariant 4)
+            last_used = (
+                max(residency.last_used_at or 0.0, self._last_used.get(residency.model_id, 0.0))
+                or None
+            )
+            residencies.append(
+                replace(residency, state=state, active_requests=active, last_used_at=last_used)
+            )
+        return HostSnapshot(
+            host_id=record.host_id,
+            resources=record.resources,
+            state=record.state,
+            last_heartbeat=record.last_heartbeat,
+            residencies=tuple(residencies),
+            cached=record.cached,
+            kind="external" if record.role == "external" else "managed",
+        )

@@ -1,0 +1,1 @@
+"""The OpenAI-compatible router: route choice, upstream forwarding, telemetry taps."""
