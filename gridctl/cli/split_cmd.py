@@ -324,6 +324,8 @@ def render_plan(plan: TopologyPlan, request: PlanRequest) -> str:
             verdict = "met" if plan.tpot_target_met else "missed"
             estimate += f" (target {target:g} ms: {verdict})"
         lines += ["", f"Estimated decode network time: {estimate}"]
+    elif request.target_tpot_ms is not None:
+        lines += ["", "TPOT target not evaluated: no --stage-latency-ms was given"]
     return "\n".join(lines)
 
 

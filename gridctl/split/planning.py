@@ -220,9 +220,14 @@ def _no_topology(request: PlanRequest, contexts: tuple[int, ...]) -> PlanRejecti
             f"can hold a layer at context {lowest}"
         )
     else:
+        where = (
+            f"at context {lowest}"
+            if len(contexts) == 1
+            else f"at any context from {contexts[0]} down to {lowest}"
+        )
         message = (
-            f"the {model.layer_count} layers cannot be split over the offered nodes at any "
-            f"context from {contexts[0]} down to {lowest} (at most {placeable} layers fit)"
+            f"the {model.layer_count} layers cannot be split over the offered nodes {where} "
+            f"(at most {placeable} layers fit)"
         )
     return PlanRejection(
         reason=RejectionReason.NO_VALID_TOPOLOGY,

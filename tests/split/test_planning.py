@@ -183,6 +183,7 @@ def test_context_override_that_does_not_fit_is_no_valid_topology() -> None:
     rejection = rejection_of(PlanRequest(qwen_480b(), gpus(4), context_override=262_144))
     assert rejection.reason == "no_valid_topology"
     assert rejection.contexts_tried == (262_144,)
+    assert "offered nodes at context 262144 (at most 56 layers fit)" in rejection.message
 
 
 def test_malformed_requests_raise() -> None:

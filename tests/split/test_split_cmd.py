@@ -107,6 +107,13 @@ def test_human_output_reports_the_network_estimate(capsys: pytest.CaptureFixture
     assert "Estimated decode network time: 12 ms/token (target 5 ms: missed)" in out
 
 
+def test_human_output_says_when_a_target_cannot_be_evaluated(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["split", "plan", *MODEL_480B, *nodes(5), "--target-tpot-ms", "5"]) == 0
+    assert "TPOT target not evaluated" in capsys.readouterr().out
+
+
 def test_human_rejection_goes_to_stderr(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["split", "plan", *MODEL_480B, *nodes(4, "70GiB")]) == 1
     captured = capsys.readouterr()
