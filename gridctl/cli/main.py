@@ -12,6 +12,8 @@ COMMAND_MODULES = (
     "gridctl.cli.validate_cmd",
     "gridctl.cli.plan_cmd",
     "gridctl.cli.split_cmd",
+    "gridctl.cli.node_cmd",
+    "gridctl.cli.token_cmd",
 )
 
 
