@@ -10,10 +10,13 @@ from collections.abc import Sequence
 # Each module exposes ``register(subparsers)``; the parser it adds sets ``func``.
 COMMAND_MODULES = (
     "gridctl.cli.validate_cmd",
+    "gridctl.cli.controller_cmd",
+    "gridctl.cli.status_cmd",
     "gridctl.cli.plan_cmd",
     "gridctl.cli.split_cmd",
     "gridctl.cli.node_cmd",
     "gridctl.cli.token_cmd",
+    "gridctl.cli.dash_cmd",
 )
 
 

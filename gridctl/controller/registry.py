@@ -41,13 +41,23 @@ HEARTBEAT_SCHEMA = "wire/heartbeat.schema.json"
 
 def validate_wire(relative: str, payload: Any) -> None:
     """Raise ``WireError`` naming the first bad field of ``payload``."""
-    errors = sorted(
-        validator(relative).iter_errors(payload), key=lambda e: [str(p) for p in e.absolute_path]
-    )
-    if errors:
-        error = errors[0]
+    found: list[tuple[str, str]] = []
+    for error in validator(relative).iter_errors(payload):
         pointer = "".join("/" + escape_pointer_token(str(t)) for t in error.absolute_path)
-        raise WireError(error.message[:300], pointer)
+        if error.validator == "required" and isinstance(error.instance, dict):
+            for name in error.validator_value:
+                if name not in error.instance:
+                    found.append(
+                        (
+                            f"{pointer}/{escape_pointer_token(name)}",
+                            f"missing required field {name!r}",
+                        )
+                    )
+            continue
+        found.append((pointer, error.message[:300]))
+    if found:
+        pointer, message = sorted(found)[0]
+        raise WireError(message, pointer)
 
 
 @dataclass
@@ -249,6 +259,13 @@ class Registry:
                     continue
                 result.append(replace(route))
             return sorted(result, key=lambda r: r.host_id)
+
+    def routable_on(self, host_id: str, now: float) -> list[EngineRoute]:
+        """Routable routes of one host."""
+        with self._lock:
+            record = self._hosts.get(host_id)
+            models = sorted(record.routes) if record else []
+        return [r for m in models for r in self.routable(m, now) if r.host_id == host_id]
 
     def _route_live(self, record: HostRecord, route: EngineRoute, now: float) -> bool:
         fresh = now - record.last_heartbeat <= self.route_lease_seconds

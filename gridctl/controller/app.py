@@ -1,0 +1,173 @@
+"""The controller's HTTP surface (Starlette): node intake, allocator API, router.
+
+Node routes need a host-scoped credential; administrative routes the operator
+capability; status is a public read like the rest of the local server. Bad
+input gets a 4xx JSON body naming the field and changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from gridctl.controller.auth import AuthFailure, NodeVerifier, require_node, require_operator
+from gridctl.controller.control import Controller
+from gridctl.controller.desired import ApiDesired
+from gridctl.controller.snapshotting import snapshot_document
+from gridctl.controller.statusdoc import build_status
+from gridctl.domain import Mode
+from gridctl.errors import WireError
+
+MAX_JSON_BYTES = 4 * 1024 * 1024
+COMMAND_WAIT_SECONDS = 5.0
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def error(status: int, message: str, pointer: str | None = None) -> JSONResponse:
+    body: dict[str, Any] = {"error": {"message": message}}
+    if pointer is not None:
+        body["error"]["pointer"] = pointer
+    return JSONResponse(body, status_code=status)
+
+
+async def read_json(request: Request) -> Any:
+    body = await request.body()
+    if len(body) > MAX_JSON_BYTES:
+        raise WireError(f"body larger than {MAX_JSON_BYTES} bytes")
+    try:
+        return json.loads(body or b"null")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise WireError(f"body is not valid JSON: {exc}") from None
+
+
+def guarded(handler: Handler) -> Handler:
+    async def wrapper(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except AuthFailure as exc:
+            return error(exc.status, str(exc))
+        except WireError as exc:
+            return error(400, str(exc.args[0]) if exc.args else "bad request", exc.pointer)
+
+    return wrapper
+
+
+class ControllerApp:
+    def __init__(
+        self,
+        controller: Controller,
+        *,
+        operator_token: str,
+        verify_node: NodeVerifier,
+        extra_routes: list[Route] | None = None,
+    ) -> None:
+        self.ctl = controller
+        self.operator_token = operator_token
+        self.verify_node = verify_node
+        self.extra_routes = extra_routes or []
+
+    def build(self) -> Starlette:
+        routes = [
+            Route("/healthz", self.healthz, methods=["GET"]),
+            Route("/nodes/{node_id}", guarded(self.register), methods=["PUT"]),
+            Route("/nodes/{node_id}/heartbeat", guarded(self.heartbeat), methods=["POST"]),
+            Route("/allocator/status", guarded(self.status), methods=["GET"]),
+            Route("/allocator/snapshot", guarded(self.snapshot), methods=["GET"]),
+            Route("/allocator/mode", guarded(self.mode), methods=["PUT"]),
+            Route("/allocator/tick", guarded(self.tick), methods=["POST"]),
+            Route(
+                "/allocator/models/{model_id:path}", guarded(self.models), methods=["PUT", "DELETE"]
+            ),
+            *self.extra_routes,
+        ]
+        return Starlette(routes=routes)
+
+    async def healthz(self, request: Request) -> Response:
+        return JSONResponse({"ok": True})
+
+    async def register(self, request: Request) -> Response:
+        host_id = request.path_params["node_id"]
+        require_node(request, host_id, self.verify_node)
+        payload = await read_json(request)
+        self.ctl.register(host_id, payload)
+        return JSONResponse(self.ctl.heartbeat_response(host_id, []))
+
+    async def heartbeat(self, request: Request) -> Response:
+        host_id = request.path_params["node_id"]
+        require_node(request, host_id, self.verify_node)
+        payload = await read_json(request)
+        if isinstance(payload, dict) and payload.get("node_id") not in (None, host_id):
+            raise WireError("node_id does not match the URL", "/node_id")
+        revision = self.ctl.heartbeat(host_id, payload)
+        commands: list[dict[str, Any]] = []
+        if payload.get("request_commands", True):
+            await asyncio.to_thread(self.ctl.wait_for_tick, revision, COMMAND_WAIT_SECONDS)
+            commands = await asyncio.to_thread(self.ctl.commands_for, host_id)
+        return JSONResponse(self.ctl.heartbeat_response(host_id, commands))
+
+    async def status(self, request: Request) -> Response:
+        document = await asyncio.to_thread(build_status, self.ctl)
+        return JSONResponse(document)
+
+    async def snapshot(self, request: Request) -> Response:
+        require_operator(request, self.operator_token)
+        return JSONResponse(snapshot_document(self.ctl))
+
+    async def mode(self, request: Request) -> Response:
+        require_operator(request, self.operator_token)
+        body = await read_json(request)
+        if not isinstance(body, dict):
+            raise WireError('body must be an object: {"mode": ...} or {"clear": true}')
+        reason = body.get("reason", "")
+        if not isinstance(reason, str) or len(reason) > 512:
+            raise WireError("reason must be a string of at most 512 characters", "/reason")
+        if body.get("clear") is True:
+            self.ctl.set_override(None, reason)
+        else:
+            try:
+                mode = Mode(body.get("mode"))
+            except ValueError:
+                raise WireError("mode must be observe, recommend or automatic", "/mode") from None
+            self.ctl.set_override(mode, reason)
+        await asyncio.to_thread(self.ctl.tick)
+        effective, refused = self.ctl.effective_mode()
+        return JSONResponse({"effective": effective.value, "refused_automatic": refused})
+
+    async def tick(self, request: Request) -> Response:
+        require_operator(request, self.operator_token)
+        record = await asyncio.to_thread(self.ctl.tick)
+        body = {
+            "at": record.at,
+            "duration_ms": record.duration_ms,
+            "ok": record.ok,
+            "error": record.error,
+        }
+        return JSONResponse(body, status_code=200 if record.ok else 500)
+
+    async def models(self, request: Request) -> Response:
+        require_operator(request, self.operator_token)
+        model_id = request.path_params["model_id"]
+        source = self.ctl.desired
+        if not isinstance(source, ApiDesired):
+            directory = source.status().get("directory")
+            return error(
+                409,
+                f"profiles come from the watched directory {directory}; commit "
+                "the change there instead",
+            )
+        if request.method == "DELETE":
+            if not source.delete(model_id):
+                return error(404, f"no profile named {model_id!r}")
+            self.ctl.mark_dirty(safety=True)
+            return JSONResponse({"deleted": model_id})
+        state = source.put(model_id, await read_json(request))
+        self.ctl.mark_dirty(safety=True)
+        return JSONResponse({"revision": state.revision, "model_id": model_id})

@@ -1,0 +1,297 @@
+"""The status document (``schemas/wire/status.schema.json``) assembled from controller state.
+
+Secrets never enter it: engine keys stay in the registry, credentials in files.
+Per-model health uses Argo CD's words so operators read drift at a glance.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gridctl import __version__
+from gridctl.controller.control import Controller
+from gridctl.domain import HostState, Mode, Plan, ResidencyState
+from gridctl.planner.canonical import plan_to_json
+from gridctl.reconcile import PendingAction, action_to_json
+
+IN_PROGRESS = (ResidencyState.LOADING, ResidencyState.WARMING)
+
+
+def _pending_json(held: PendingAction) -> dict[str, Any]:
+    row = action_to_json(held.action)
+    row["delivered_at"] = held.delivered_at
+    row["status"] = (
+        held.status.value if held.status else ("delivered" if held.delivered else "pending")
+    )
+    return row
+
+
+def _hosts(ctl: Controller, now: float) -> list[dict[str, Any]]:
+    policy = ctl.policy()
+    rows = []
+    for record in ctl.registry.hosts():
+        res = record.resources
+        routable = {r.model_id for r in ctl.registry.routable_on(record.host_id, now)}
+        residencies = []
+        used = res.external_mb
+        snapshot_states = {}
+        if ctl.last_snapshot is not None:
+            snap_host = ctl.last_snapshot.host(record.host_id)
+            if snap_host is not None:
+                snapshot_states = {r.model_id: r.state.value for r in snap_host.residencies}
+        for r in record.residencies:
+            if r.state.occupies_memory:
+                used += r.memory_mb
+            residencies.append(
+                {
+                    "model_id": r.model_id,
+                    "state": snapshot_states.get(r.model_id, r.state.value),
+                    "reported_state": r.state.value,
+                    "memory_mb": r.memory_mb,
+                    "ownership": r.ownership.value,
+                    "artifact_sha256": r.artifact_sha256,
+                    "active_requests": ctl.registry.active_requests(record.host_id, r.model_id),
+                    "routable": r.model_id in routable,
+                    "loaded_at": r.loaded_at,
+                    "last_used_at": r.last_used_at,
+                }
+            )
+        age = max(0.0, now - record.last_heartbeat)
+        rows.append(
+            {
+                "host_id": record.host_id,
+                "role": record.role,
+                "state": record.state.value,
+                "reported_state": record.reported_state,
+                "unhealthy_reasons": list(record.unhealthy_reasons),
+                "stale": age > policy.heartbeat_stale_seconds,
+                "capacity_mb": res.capacity_mb,
+                "reserved_mb": res.reserved_mb,
+                "external_mb": res.external_mb,
+                "used_mb": used,
+                "free_mb": max(0, res.capacity_mb - res.reserved_mb - used),
+                "failure_domain": res.failure_domain,
+                "tags": list(res.tags),
+                "runtimes": list(res.runtimes),
+                "max_models": res.max_models,
+                "disk_free_mb": res.disk_free_mb,
+                "last_heartbeat": record.last_heartbeat,
+                "heartbeat_age_seconds": round(age, 3),
+                "residencies": residencies,
+                "cached_models": sorted({c.model_id for c in record.cached}),
+            }
+        )
+    return rows
+
+
+def _models(ctl: Controller, now: float, mode: Mode) -> list[dict[str, Any]]:
+    desired = ctl.current_desired()
+    plan: Plan | None = ctl.last_plan
+    targets = dict(plan.targets) if plan else {}
+    pending_models = {p.action.model_id for p in ctl.state.pending.values()}
+    proposed_models = (
+        {a.model_id for a in (ctl.last_result.actions + ctl.last_result.deferred)}
+        if ctl.last_result
+        else set()
+    )
+    unmet: dict[str, list[str]] = {}
+    for u in plan.unsatisfied if plan else ():
+        unmet.setdefault(u.model_id, []).append(f"{u.code.value}: {u.message}")
+    rows = []
+    tombstoned = {t.model_id for t in ctl.state.memory.tombstones}
+    for model_id in sorted(({p.name for p in desired.profiles} if desired else set()) | tombstoned):
+        retiring = model_id in tombstoned
+        want = 0 if retiring else targets.get(model_id, 0)
+        planned = len(plan.assignments_for(model_id)) if plan else 0
+        ready = len(ctl.registry.routable(model_id, now))
+        present = sum(
+            1
+            for record in ctl.registry.hosts()
+            for r in record.residencies
+            if r.model_id == model_id and r.state is not ResidencyState.CACHED
+        )
+        progressing = (
+            any(
+                r.model_id == model_id and r.state in IN_PROGRESS
+                for record in ctl.registry.hosts()
+                for r in record.residencies
+            )
+            or model_id in pending_models
+        )
+        missing = max(0, want - ready)
+        drift = missing > 0 or present > want or model_id in proposed_models
+        if plan is None:
+            health, reason = "Unknown", "no plan yet"
+        elif drift and mode is not Mode.AUTOMATIC:
+            health, reason = "Suspended", f"mode is {mode.value}: changes are not executed"
+        elif progressing:
+            health, reason = "Progressing", "lifecycle actions in progress"
+        elif missing and present == 0:
+            health, reason = "Missing", "no replica anywhere"
+        elif missing or model_id in unmet:
+            health, reason = (
+                "Degraded",
+                "; ".join(unmet.get(model_id, [])) or (f"{ready} of {want} replicas ready"),
+            )
+        elif retiring and present:
+            health, reason = "Progressing", "retiring: draining and unloading"
+        else:
+            health, reason = "Healthy", f"{ready} of {want} replicas ready"
+        rows.append(
+            {
+                "model_id": model_id,
+                "desired": want,
+                "planned": planned,
+                "ready": ready,
+                "missing": missing,
+                "health": health,
+                "sync": "OutOfSync" if drift else "Synced",
+                "reason": reason,
+                "unmet": unmet.get(model_id, []),
+                "retiring": retiring,
+            }
+        )
+    return rows
+
+
+def build_status(ctl: Controller) -> dict[str, Any]:
+    now = ctl.clock()
+    mode, refused = ctl.effective_mode()
+    desired = ctl.current_desired()
+    override = ctl.state.override
+    plan = ctl.last_plan
+    result = ctl.last_result
+    with ctl._lock:
+        pending = sorted(ctl.state.pending.values(), key=lambda p: (p.queued, p.action_id))
+        pending_rows = [_pending_json(p) for p in pending]
+        delivered_ids = sorted(p.action_id for p in pending if p.delivered)
+        withdrawn = [
+            {
+                "action_id": w.action_id,
+                "kind": w.kind.value,
+                "host_id": w.host_id,
+                "model_id": w.model_id,
+                "executable": False,
+                "blocked": "withdrawn_destructive",
+                "reason": f"withdrawn at {w.withdrawn_at:.0f}",
+                "created_at": w.withdrawn_at,
+            }
+            for w in ctl.state.memory.withdrawn
+        ]
+        history = list(ctl.events)[-200:]
+        revisions = dict(ctl.revisions)
+        tombstones = [
+            {
+                "model_id": t.model_id,
+                "created_at": t.retired_at,
+                "reason": "profile removed; target zero replicas",
+            }
+            for t in ctl.state.memory.tombstones
+        ]
+    hosts = _hosts(ctl, now)
+    models = _models(ctl, now, mode)
+    plan_json = plan_to_json(plan) if plan else None
+    if plan_json is not None:
+        plan_json["generation"] = str(ctl.last_generation) if ctl.last_generation else None
+    warnings = list(ctl.warnings)
+    if refused:
+        warnings.append(refused)
+    return {
+        "schema_version": 1,
+        "now": now,
+        "controller": {
+            "controller_id": ctl.authority.controller_id,
+            "term": ctl.authority.term,
+            "holds_authority": ctl.authority.holds,
+            "lease_expires_at": ctl.authority.lease_expires_at,
+            "plan_generation": str(ctl.last_generation) if ctl.last_generation else None,
+            "started_at": ctl.started_at,
+            "version": __version__,
+        },
+        "mode": {
+            "effective": mode.value,
+            "desired": ctl.policy().mode.value,
+            "override": None
+            if override is None
+            else {
+                "mode": override.mode.value,
+                "reason": override.reason,
+                "set_at": override.set_at,
+                "source": override.source,
+            },
+            "refused_automatic": refused,
+        },
+        "desired": ctl.desired.status(),
+        "hosts": hosts,
+        "host_states": {s.value: sum(1 for h in hosts if h["state"] == s.value) for s in HostState},
+        "profiles": [
+            {
+                "name": p.name,
+                "memory_mb": p.memory_mb,
+                "min_replicas": p.min_replicas,
+                "max_replicas": p.max_replicas,
+                "priority": p.priority,
+                "artifact_sha256": p.artifact.sha256,
+                "workload_scores": dict(p.workload_scores),
+            }
+            for p in (desired.profiles if desired else ())
+        ],
+        "model_count": len(desired.profiles) if desired else 0,
+        "models": models,
+        "tombstones": tombstones,
+        "forecasts": [
+            {
+                "model_id": d.model_id,
+                "requests_per_minute": d.requests_per_minute,
+                "offered_concurrency": d.offered_concurrency,
+                "queue_depth": d.queue_depth,
+                "p95_latency_ms": d.p95_latency_ms,
+                "error_rate": d.error_rate,
+                "trend_per_minute": d.trend_per_minute,
+                "confidence": d.confidence,
+                "sample_count": d.sample_count,
+                "correlated_requests_per_minute": d.correlated_requests_per_minute,
+            }
+            for d in (ctl.last_snapshot.demand if ctl.last_snapshot else ())
+        ],
+        "plan": plan_json,
+        "reconciliation": None
+        if result is None
+        else {
+            "mode": mode.value,
+            "actions": [action_to_json(a) for a in result.actions],
+            "deferred": [action_to_json(a) for a in result.deferred],
+            "cancellations": [
+                {"action_id": c.action_id, "reason": c.reason.value, "delivered": c.delivered}
+                for c in result.cancellations
+            ],
+        },
+        "pending_commands": pending_rows,
+        "delivered_pending_action_ids": delivered_ids,
+        "withdrawn_destructive": withdrawn,
+        "unmet_constraints": [
+            {
+                "model_id": u.model_id,
+                "code": u.code.value,
+                "message": u.message,
+                "missing_replicas": u.missing_replicas,
+            }
+            for u in (plan.unsatisfied if plan else ())
+        ],
+        "revisions": revisions,
+        "last_tick": None
+        if ctl.last_tick is None
+        else {
+            "at": ctl.last_tick.at,
+            "duration_ms": round(ctl.last_tick.duration_ms, 3),
+            "ok": ctl.last_tick.ok,
+            "error": ctl.last_tick.error,
+        },
+        "last_successful_tick_duration_ms": (
+            round(ctl.last_success_ms, 3) if ctl.last_success_ms is not None else None
+        ),
+        "delivery_safety_error": ctl.delivery_safety_error,
+        "warnings": warnings,
+        "history": history,
+        "admission": [],
+    }

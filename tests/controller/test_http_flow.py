@@ -1,0 +1,185 @@
+"""The controller in-process (ASGI) with simulated nodes speaking the real wire protocol."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gridctl.config.schemas import validator
+from gridctl.controller.serving import ControllerService, ServiceOptions
+from tests.controller.simnodes import GEMMA_SHA, SimNode
+
+
+class Clock:
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def profile(name: str, min_replicas: int = 1, max_replicas: int = 2) -> str:
+    return textwrap.dedent(f"""\
+        apiVersion: gridctl/v1
+        kind: ModelProfile
+        metadata: {{name: {name}}}
+        spec:
+          memory_mb: 640
+          artifact: {{sha256: {GEMMA_SHA}}}
+          min_replicas: {min_replicas}
+          max_replicas: {max_replicas}
+          min_residency_seconds: 0
+          scale_down_cooldown_seconds: 0
+        """)
+
+
+POLICY = "apiVersion: gridctl/v1\nkind: ControllerPolicy\nmetadata: {name: p}\nspec:\n  mode: automatic\n"
+
+
+def engine_handler(request: httpx.Request) -> httpx.Response:
+    if request.url.path.endswith("/health"):
+        return httpx.Response(200, json={"status": "ok"})
+    if request.headers.get("authorization", "").startswith("Bearer engine-key-"):
+        body = json.loads(request.content)
+        return httpx.Response(200, json={"id": "x", "object": "chat.completion",
+                                         "model": body["model"],
+                                         "choices": [{"index": 0, "message": {
+                                             "role": "assistant", "content": "hi"}}],
+                                         "usage": {"completion_tokens": 1}})
+    return httpx.Response(401, json={"error": "no key"})
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Any:
+    watch = tmp_path / "policies"
+    watch.mkdir()
+    (watch / "gemma.yaml").write_text(profile("gemma"))
+    (watch / "policy.yaml").write_text(POLICY)
+    clock = Clock()
+    service = ControllerService(ServiceOptions(
+        state_dir=tmp_path / "state", watch_dir=watch, clock=clock,
+        upstream_transport=httpx.MockTransport(engine_handler),
+    ))
+    app = service.build_app()
+    service.start_ticking()
+    yield service, app, clock, watch
+    service.stop_ticking()
+
+
+async def converge(service: ControllerService, nodes: list[SimNode], rounds: int = 8) -> None:
+    for _ in range(rounds):
+        for node in nodes:
+            await node.heartbeat()
+        await service.probe_once(service.upstream)
+
+
+@pytest.mark.anyio
+async def test_cached_model_is_warmed_routed_and_reported(setup: Any) -> None:
+    service, app, clock, _ = setup
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://ctl") as client:
+        node = SimNode.for_controller(service.options.state_dir, "local-1", client, clock,
+                                      cached={"gemma": GEMMA_SHA})
+        assert (await node.register()).status_code == 200
+        await converge(service, [node])
+        assert [c["kind"] for c in node.executed] == ["warm"]
+        command = node.executed[0]
+        assert command["controller_id"] and command["plan_generation"].count(":") == 2
+        models = (await client.get("/v1/models")).json()
+        assert [m["id"] for m in models["data"]] == ["gemma"]
+        chat = await client.post("/v1/chat/completions", json={
+            "model": "gemma", "messages": [{"role": "user", "content": "hello"}]})
+        assert chat.status_code == 200, chat.text
+        assert chat.json()["choices"][0]["message"]["content"] == "hi"
+        status = (await client.get("/allocator/status")).json()
+        errors = list(validator("wire/status.schema.json").iter_errors(status))
+        assert errors == []
+        assert "engine-key" not in json.dumps(status)
+        (row,) = status["models"]
+        assert (row["health"], row["sync"], row["ready"]) == ("Healthy", "Synced", 1)
+
+
+@pytest.mark.anyio
+async def test_unknown_model_is_404_and_unserved_configured_model_is_503(setup: Any) -> None:
+    service, app, clock, _ = setup
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://ctl") as client:
+        missing = await client.post("/v1/chat/completions", json={"model": "nope"})
+        assert missing.status_code == 404
+        assert missing.json()["error"]["code"] == "model_not_found"
+        unserved = await client.post("/v1/chat/completions", json={"model": "gemma"})
+        assert unserved.status_code == 503
+        assert "gemma" in unserved.json()["error"]["message"]
+
+
+@pytest.mark.anyio
+async def test_credentials_are_host_scoped_and_admin_needs_operator(setup: Any) -> None:
+    service, app, clock, _ = setup
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://ctl") as client:
+        node_a = SimNode.for_controller(service.options.state_dir, "host-a", client, clock)
+        impostor = SimNode(host_id="host-b", client=client, token=node_a.token, clock=clock)
+        assert (await impostor.register()).status_code == 403
+        no_token = await client.put("/allocator/mode", json={"mode": "observe"})
+        assert no_token.status_code == 401
+        ok = await client.put("/allocator/mode", json={"mode": "observe"},
+                              headers={"X-Grid-Allocator-Token": service.operator_token})
+        assert ok.json()["effective"] == "observe"
+        refused = await client.put("/allocator/models/x", json={},
+                                   headers={"Authorization": f"Bearer {service.operator_token}"})
+        assert refused.status_code == 409
+        assert "watched directory" in refused.json()["error"]["message"]
+
+
+@pytest.mark.anyio
+async def test_malformed_envelope_is_400_and_changes_nothing(setup: Any) -> None:
+    service, app, clock, _ = setup
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://ctl") as client:
+        node = SimNode.for_controller(service.options.state_dir, "local-1", client, clock)
+        await node.register()
+        before = service.registry.host("local-1")
+        bad = await client.post("/nodes/local-1/heartbeat", headers=node.headers,
+                                json={"node_id": "local-1", "allocator": {"schema_version": 2}})
+        assert bad.status_code == 400
+        assert bad.json()["error"]["pointer"] == "/allocator/schema_version"
+        assert service.registry.host("local-1") == before
+        node.bad_row = True
+        await node.heartbeat(request_commands=False)
+        record = service.registry.host("local-1")
+        assert record is not None and record.state.value == "unhealthy"
+        assert "malformed residency row 0" in record.unhealthy_reasons
+
+
+@pytest.mark.anyio
+async def test_scale_up_then_retire(setup: Any) -> None:
+    service, app, clock, watch = setup
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://ctl") as client:
+        nodes = [
+            SimNode.for_controller(service.options.state_dir, f"local-{i}", client, clock,
+                                   failure_domain=f"zone-{i}", cached={"gemma": GEMMA_SHA})
+            for i in (1, 2)
+        ]
+        for node in nodes:
+            await node.register()
+        await converge(service, nodes)
+        assert len(service.registry.routable("gemma", clock())) == 1
+        (watch / "gemma.yaml").write_text(profile("gemma", min_replicas=2))
+        service.source.reload()
+        clock.now += 5
+        await converge(service, nodes)
+        assert len(service.registry.routable("gemma", clock())) == 2
+        (watch / "gemma.yaml").unlink()
+        service.source.reload()
+        for _ in range(6):
+            clock.now += 5
+            await converge(service, nodes, rounds=2)
+        assert all(not n.residencies for n in nodes)
+        status = (await client.get("/allocator/status")).json()
+        assert [t["model_id"] for t in status["tombstones"]] == ["gemma"]
