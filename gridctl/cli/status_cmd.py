@@ -1,0 +1,168 @@
+"""``gridctl status``, ``gridctl mode`` and ``gridctl tick``: the operator's controls."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from gridctl.client import ControllerClient, ControllerError
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--controller",
+        metavar="URL",
+        help="controller base URL (default $GRIDCTL_CONTROLLER or http://127.0.0.1:22100)",
+    )
+    parser.add_argument(
+        "--token-file",
+        type=Path,
+        metavar="FILE",
+        help="operator token file (default $GRIDCTL_TOKEN_FILE or the one `gridctl up` wrote)",
+    )
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    status = sub.add_parser(
+        "status",
+        help="hosts, models, pending commands and drift of a running controller",
+        description="Show host lifecycle and capacity, per-model health and sync, pending and "
+        "withdrawn commands, unmet constraints, revisions and warnings.",
+    )
+    _common(status)
+    status.add_argument("--json", action="store_true", help="print the full status document")
+    status.set_defaults(func=run_status)
+
+    mode = sub.add_parser(
+        "mode",
+        help="set or clear the operator override of git's mode (the kill switch)",
+        description="Override the mode declared in git until cleared. `gridctl mode recommend` "
+        "is the kill switch for new automatic work; leaving automatic cancels "
+        "pending commands. `--clear` returns to the mode git declares.",
+    )
+    _common(mode)
+    mode.add_argument("mode", nargs="?", choices=["observe", "recommend", "automatic"])
+    mode.add_argument("--clear", action="store_true", help="remove the override")
+    mode.add_argument("--reason", default="", help="why (shown in status)")
+    mode.set_defaults(func=run_mode)
+
+    tick = sub.add_parser("tick", help="request an immediate reconciliation pass")
+    _common(tick)
+    tick.set_defaults(func=run_tick)
+
+
+def _client(args: argparse.Namespace) -> ControllerClient:
+    return ControllerClient(args.controller, token_file=args.token_file)
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds:.0f}s" if seconds < 120 else f"{seconds / 60:.0f}m"
+
+
+def render_status(doc: dict[str, Any]) -> str:
+    lines: list[str] = []
+    mode = doc["mode"]
+    override = mode.get("override")
+    mode_line = f"mode: {mode['effective']}"
+    if override:
+        mode_line += (
+            f" (operator override of git's {mode['desired']}: "
+            f"{override.get('reason') or 'no reason given'})"
+        )
+    if mode.get("refused_automatic"):
+        mode_line += f" [{mode['refused_automatic']}]"
+    desired = doc["desired"]
+    lines.append(mode_line)
+    lines.append(
+        f"desired revision: {desired.get('revision') or '-'}"
+        + (
+            f"  (rejected: {desired['rejected_revision']})"
+            if desired.get("rejected_revision")
+            else ""
+        )
+    )
+    lines.append("")
+    lines.append(f"{'HOST':<18} {'STATE':<12} {'USED/CAP MB':>14} {'HB':>5}  RESIDENCIES")
+    for host in doc["hosts"]:
+        res = ", ".join(f"{r['model_id']}:{r['state']}" for r in host["residencies"]) or "-"
+        used = f"{host['used_mb']}/{host['capacity_mb'] - host['reserved_mb']}"
+        lines.append(
+            f"{host['host_id']:<18} {host['state']:<12} {used:>14} "
+            f"{_age(host['heartbeat_age_seconds']):>5}  {res}"
+        )
+    lines.append("")
+    lines.append(f"{'MODEL':<24} {'SYNC':<10} {'HEALTH':<12} {'READY':>5} {'WANT':>5}  REASON")
+    for model in doc["models"]:
+        lines.append(
+            f"{model['model_id']:<24} {model['sync']:<10} {model['health']:<12} "
+            f"{model['ready']:>5} {model['desired']:>5}  {model.get('reason', '')}"
+        )
+    lines.append("")
+    pending = doc["pending_commands"]
+    lines.append(
+        f"pending commands: {len(pending)} ({len(doc['delivered_pending_action_ids'])} "
+        f"delivered); withdrawn destructive: {len(doc['withdrawn_destructive'])}"
+    )
+    for cmd in pending[:20]:
+        lines.append(
+            f"  {cmd['kind']:<7} {cmd['model_id']} on {cmd['host_id']} "
+            f"[{cmd.get('status', '')}] {cmd.get('reason', '')}"
+        )
+    for unmet in doc["unmet_constraints"]:
+        lines.append(f"! {unmet['model_id']}: {unmet['code']}: {unmet['message']}")
+    rev = doc["revisions"]
+    tick = doc.get("last_tick") or {}
+    lines.append(
+        f"revisions: dirty {rev['dirty']} processed {rev['processed']} success "
+        f"{rev['success']} safety {rev['safety']}; last tick "
+        f"{tick.get('duration_ms', 0):.1f} ms {'ok' if tick.get('ok') else 'FAILED'}"
+    )
+    if doc.get("delivery_safety_error"):
+        lines.append(f"delivery safety: {doc['delivery_safety_error']}")
+    for warning in doc["warnings"]:
+        lines.append(f"warning: {warning}")
+    return "\n".join(lines)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    try:
+        with _client(args) as client:
+            doc = client.status()
+    except ControllerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(doc, indent=2) if args.json else render_status(doc))
+    return 0
+
+
+def run_mode(args: argparse.Namespace) -> int:
+    if args.clear == (args.mode is not None):
+        print("error: give a mode or --clear (not both)", file=sys.stderr)
+        return 1
+    try:
+        with _client(args) as client:
+            result = client.set_mode(None if args.clear else args.mode, args.reason)
+    except ControllerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    line = f"mode is now {result['effective']}"
+    if result.get("refused_automatic"):
+        line += f" ({result['refused_automatic']})"
+    print(line)
+    return 0
+
+
+def run_tick(args: argparse.Namespace) -> int:
+    try:
+        with _client(args) as client:
+            result = client.tick()
+    except ControllerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"tick {'ok' if result['ok'] else 'failed'} in {result['duration_ms']:.1f} ms")
+    return 0 if result["ok"] else 1
