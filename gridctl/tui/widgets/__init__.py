@@ -1,0 +1,1 @@
+"""The dashboard's panels and bars, one module each."""

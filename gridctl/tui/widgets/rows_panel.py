@@ -1,0 +1,131 @@
+"""A titled, filterable table of view-model rows: the shape most dashboard panels share.
+
+Subclasses say which rows a view has, how one row renders and what its detail
+says. The panel re-renders whenever ``view`` or ``filter_text`` changes, keeps
+the cursor on the same row key across refreshes (so live polling does not yank
+the operator's selection) and shows "shown of total" in its border title.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from rich.console import RenderableType
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.message import Message
+from textual.reactive import reactive
+from textual.widgets import DataTable
+from textual.widgets.data_table import CellDoesNotExist, RowDoesNotExist
+
+from gridctl.tui.viewmodel import DashboardView
+
+
+class RowsPanel(Vertical):
+    """Base class; ``COLUMNS`` and the three row hooks define a concrete panel."""
+
+    TITLE: ClassVar[str] = ""
+    COLUMNS: ClassVar[tuple[str, ...]] = ()
+    EMPTY: ClassVar[str] = "nothing to show"
+
+    view: reactive[DashboardView | None] = reactive(None, always_update=True)
+    filter_text: reactive[str] = reactive("")
+
+    @dataclass
+    class DetailsRequested(Message):
+        """The operator pressed enter on a row; ``lines`` is what the detail screen shows."""
+
+        title: str
+        lines: tuple[str, ...]
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self._shown: list[Any] = []
+
+    def compose(self) -> ComposeResult:
+        table: DataTable[RenderableType] = DataTable(cursor_type="row", zebra_stripes=True)
+        table.add_columns(*self.COLUMNS)
+        yield table
+
+    @property
+    def table(self) -> DataTable[RenderableType]:
+        return self.query_one(DataTable)
+
+    @property
+    def shown_rows(self) -> list[Any]:
+        return list(self._shown)
+
+    # --- hooks for subclasses -------------------------------------------------------
+    def rows_of(self, view: DashboardView) -> Sequence[Any]:
+        raise NotImplementedError
+
+    def cells(self, row: Any) -> tuple[RenderableType, ...]:
+        raise NotImplementedError
+
+    def key_of(self, row: Any) -> str:
+        raise NotImplementedError
+
+    def details(self, row: Any) -> tuple[str, tuple[str, ...]]:
+        return self.key_of(row), (repr(row),)
+
+    # --- reactives ------------------------------------------------------------------
+    def watch_view(self) -> None:
+        self.refresh_rows()
+
+    def watch_filter_text(self) -> None:
+        self.refresh_rows()
+
+    def matches(self, row: Any) -> bool:
+        needle = self.filter_text.strip().lower()
+        return not needle or all(word in row.search_text.lower() for word in needle.split())
+
+    def refresh_rows(self) -> None:
+        if not self.is_mounted:
+            return
+        table = self.table
+        selected = self._selected_key()
+        rows = list(self.rows_of(self.view)) if self.view is not None else []
+        self._shown = [row for row in rows if self.matches(row)]
+        table.clear()
+        for row in self._shown:
+            table.add_row(*self.cells(row), key=self.key_of(row))
+        if selected is not None:
+            with contextlib.suppress(RowDoesNotExist):
+                table.move_cursor(row=table.get_row_index(selected))
+        self.border_title = self.TITLE
+        if self.view is None:
+            self.border_subtitle = "no data"
+        elif not rows:
+            self.border_subtitle = self.EMPTY
+        else:
+            self.border_subtitle = f"{len(self._shown)} of {len(rows)}"
+
+    def on_mount(self) -> None:
+        self.call_after_refresh(self.refresh_rows)
+
+    def _selected_key(self) -> str | None:
+        table = self.table
+        if table.row_count == 0:
+            return None
+        try:
+            key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
+        except CellDoesNotExist:  # cursor outside the table after a shrink
+            return None
+        return None if key.value is None else str(key.value)
+
+    def current_row(self) -> Any | None:
+        index = self.table.cursor_row
+        return self._shown[index] if 0 <= index < len(self._shown) else None
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        row = self.current_row()
+        if row is not None:
+            self.post_details(row)
+
+    def post_details(self, row: Any) -> None:
+        title, lines = self.details(row)
+        self.post_message(self.DetailsRequested(title, lines))
