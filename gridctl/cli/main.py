@@ -12,6 +12,8 @@ COMMAND_MODULES = (
     "gridctl.cli.validate_cmd",
     "gridctl.cli.controller_cmd",
     "gridctl.cli.status_cmd",
+    "gridctl.cli.up_cmd",
+    "gridctl.cli.chat_cmd",
     "gridctl.cli.plan_cmd",
     "gridctl.cli.split_cmd",
     "gridctl.cli.node_cmd",

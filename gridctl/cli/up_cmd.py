@@ -1,0 +1,282 @@
+"""``gridctl up`` (foreground) and ``gridctl fleet up|status|watch|down`` (detached).
+
+Both run the embedded default: the controller on ``policies/`` and N logical
+node daemons on this machine, serving through the OpenAI-compatible router.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from gridctl.client import ControllerClient, ControllerError, default_state_root
+from gridctl.fleetrun import (
+    MAX_MACHINES,
+    FleetRun,
+    FleetSettings,
+    alive,
+    load_run,
+    settings_match,
+    start_fleet,
+    stop_fleet,
+)
+
+
+def _machines(value: str) -> int:
+    n = int(value)
+    if not 1 <= n <= MAX_MACHINES:
+        raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_MACHINES}")
+    return n
+
+
+def _fleet_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--machines",
+        type=_machines,
+        default=2,
+        metavar="N",
+        help=f"logical hosts to start, 1-{MAX_MACHINES} (default 2)",
+    )
+    parser.add_argument(
+        "--watch",
+        default="policies",
+        metavar="DIR",
+        help="desired-state directory (default policies)",
+    )
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="where state and logs go (default ~/.local/state/gridctl/up)",
+    )
+    parser.add_argument("--port", type=int, default=22100, help="controller port (default 22100)")
+
+
+def _settings(args: argparse.Namespace) -> FleetSettings:
+    root = args.state_dir or default_state_root() / "up"
+    return FleetSettings(
+        machines=args.machines,
+        watch_dir=str(Path(args.watch).resolve()),
+        state_root=str(Path(root).resolve()),
+        port=args.port,
+    )
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    up = sub.add_parser(
+        "up",
+        help="run the embedded default in the foreground (Ctrl-C stops everything)",
+        description="Start the controller on the desired-state directory and N logical node "
+        "daemons on this machine with partitioned memory, separate host ids, "
+        "failure domains, state dirs, credentials and port ranges. Prints the "
+        "OpenAI base URL and follows residency transitions; Ctrl-C drains and "
+        "stops everything.",
+    )
+    _fleet_args(up)
+    up.set_defaults(func=run_up)
+
+    fleet = sub.add_parser("fleet", help="the embedded default, detached")
+    fsub = fleet.add_subparsers(dest="fleet_command", metavar="ACTION")
+    fup = fsub.add_parser("up", help="start detached (idempotent for matching settings)")
+    _fleet_args(fup)
+    fup.set_defaults(func=run_fleet_up)
+    fstatus = fsub.add_parser("status", help="processes and controller summary")
+    fstatus.add_argument("--state-dir", type=Path, default=None)
+    fstatus.add_argument("--json", action="store_true")
+    fstatus.set_defaults(func=run_fleet_status)
+    fwatch = fsub.add_parser(
+        "watch", help="follow residency transitions (Ctrl-C leaves the fleet running)"
+    )
+    fwatch.add_argument("--state-dir", type=Path, default=None)
+    fwatch.set_defaults(func=run_fleet_watch)
+    fdown = fsub.add_parser("down", help="drain and stop the detached fleet")
+    fdown.add_argument("--state-dir", type=Path, default=None)
+    fdown.set_defaults(func=run_fleet_down)
+    fleet.set_defaults(func=lambda _a: (fleet.print_help(), 2)[1])
+
+
+def _announce(run: FleetRun) -> None:
+    print(f"controller: {run.base_url}")
+    print(f"OpenAI base URL: {run.base_url}/v1")
+    print(f"operator token: {run.token_file}")
+    print(f"dashboard: gridctl dash --controller {run.base_url} --token-file {run.token_file}")
+    print(f"chat: gridctl chat --controller {run.base_url} -m MODEL 'hello'")
+    print(f"logs: {Path(run.settings.state_root) / 'logs'}", flush=True)
+
+
+class Follower:
+    """Prints residency transitions and command outcomes from successive status documents."""
+
+    def __init__(self) -> None:
+        self.states: dict[tuple[str, str], str] = {}
+        self.seen_events: set[tuple[float, str, str]] = set()
+        self.started = time.monotonic()
+
+    def follow(self, doc: dict[str, Any]) -> list[str]:
+        lines: list[str] = []
+        stamp = f"[{time.monotonic() - self.started:6.1f}s]"
+        current: dict[tuple[str, str], str] = {}
+        for host in doc.get("hosts", []):
+            for r in host["residencies"]:
+                state = r["state"] + (" (routable)" if r.get("routable") else "")
+                current[(host["host_id"], r["model_id"])] = state
+        for key in sorted(set(current) | set(self.states)):
+            before, after = self.states.get(key), current.get(key, "gone")
+            if before != after and not (before is None and after == "gone"):
+                lines.append(f"{stamp} {key[1]} on {key[0]}: {before or 'absent'} -> {after}")
+        self.states = {k: v for k, v in current.items()}
+        for event in doc.get("history", []):
+            name = event.get("event", "")
+            if not any(
+                name.endswith(s)
+                for s in ("_succeeded", "_failed", "_rejected", "issued", "profile_retired")
+            ):
+                continue
+            key = (event["at"], name, str(event.get("action_id") or event.get("model_id")))
+            if key in self.seen_events:
+                continue
+            self.seen_events.add(key)
+            where = f" on {event['host_id']}" if event.get("host_id") else ""
+            lines.append(
+                f"{stamp} {name}: {event.get('model_id') or ''}{where} "
+                f"{event.get('message') or ''}".rstrip()
+            )
+        return lines
+
+
+def _follow_until(client: ControllerClient, stop: list[bool], interval: float = 1.0) -> None:
+    follower = Follower()
+    while not stop[0]:
+        try:
+            for line in follower.follow(client.status()):
+                print(line, flush=True)
+        except ControllerError as exc:
+            print(f"(controller unreachable: {exc})", flush=True)
+        for _ in range(int(interval * 10)):
+            if stop[0]:
+                break
+            time.sleep(0.1)
+
+
+def run_up(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    existing = load_run(Path(settings.state_root))
+    if existing is not None and any(alive(existing).values()):
+        print(
+            f"error: a fleet is already running from {settings.state_root}; "
+            "stop it with `gridctl fleet down`",
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        run = start_fleet(settings, detached=False)
+    except (ValueError, TimeoutError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    _announce(run)
+    stop = [False]
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        stop[0] = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    with ControllerClient(run.base_url, token_file=run.token_file) as client:
+        _follow_until(client, stop)
+    print("stopping: nodes drain and unload their engines, then the controller stops", flush=True)
+    problems = stop_fleet(run)
+    for problem in problems:
+        print(f"warning: {problem}", file=sys.stderr)
+    print("stopped")
+    return 0
+
+
+def run_fleet_up(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    existing = load_run(Path(settings.state_root))
+    if existing is not None and all(alive(existing).values()):
+        if settings_match(existing, settings):
+            print("fleet already running with these settings")
+            _announce(existing)
+            return 0
+        print(
+            "error: a fleet with different settings is running; `gridctl fleet down` first",
+            file=sys.stderr,
+        )
+        return 1
+    if existing is not None:
+        stop_fleet(existing)
+    try:
+        run = start_fleet(settings, detached=True)
+    except (ValueError, TimeoutError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    _announce(run)
+    return 0
+
+
+def _existing(args: argparse.Namespace) -> FleetRun | None:
+    root = args.state_dir or default_state_root() / "up"
+    run = load_run(Path(root))
+    if run is None:
+        print(f"no fleet recorded under {root}", file=sys.stderr)
+    return run
+
+
+def run_fleet_status(args: argparse.Namespace) -> int:
+    run = _existing(args)
+    if run is None:
+        return 1
+    processes = alive(run)
+    summary: dict[str, Any] = {
+        "controller": run.base_url,
+        "processes": processes,
+        "state_root": run.settings.state_root,
+    }
+    try:
+        with ControllerClient(run.base_url, token_file=run.token_file) as client:
+            doc = client.status()
+        summary["mode"] = doc["mode"]["effective"]
+        summary["hosts"] = {h["host_id"]: h["state"] for h in doc["hosts"]}
+        summary["models"] = {
+            m["model_id"]: f"{m['health']} {m['ready']}/{m['desired']}" for m in doc["models"]
+        }
+    except ControllerError as exc:
+        summary["error"] = str(exc)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        for name, up in processes.items():
+            print(f"{name:<12} {'running' if up else 'stopped'}")
+        for key in ("mode", "hosts", "models", "error"):
+            if key in summary:
+                print(f"{key}: {summary[key]}")
+    return 0 if all(processes.values()) else 1
+
+
+def run_fleet_watch(args: argparse.Namespace) -> int:
+    run = _existing(args)
+    if run is None:
+        return 1
+    stop = [False]
+    signal.signal(signal.SIGINT, lambda *_: stop.__setitem__(0, True))
+    with ControllerClient(run.base_url, token_file=run.token_file) as client:
+        _follow_until(client, stop)
+    print("stopped watching; the fleet keeps running")
+    return 0
+
+
+def run_fleet_down(args: argparse.Namespace) -> int:
+    run = _existing(args)
+    if run is None:
+        return 1
+    for problem in stop_fleet(run):
+        print(f"warning: {problem}", file=sys.stderr)
+    print("fleet stopped")
+    return 0

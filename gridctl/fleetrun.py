@@ -1,0 +1,245 @@
+"""Start and stop the embedded default: one controller and N logical node daemons here.
+
+Each logical host gets its own host id, failure domain, state directory,
+credential, port range and a share of this machine's real memory — never more
+in total than the machine can actually give. Processes are children of the
+caller (``gridctl up``) or detached with a run file (``gridctl fleet``).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import httpx
+import psutil
+
+from gridctl.credentials import (
+    issue_node_credential,
+    load_or_create_signing_key,
+    write_secret_file,
+)
+
+MAX_MACHINES = 32
+PORT_BASE = 23000
+PORTS_PER_HOST = 50
+NODE_CAPACITY_CEILING_MB = 4096
+RUN_FILE = "fleet.json"
+
+
+@dataclass
+class FleetSettings:
+    machines: int
+    watch_dir: str
+    state_root: str
+    host: str = "127.0.0.1"
+    port: int = 22100
+    capacity_mb: int = 0  # per logical host, computed when 0
+
+    def key(self) -> dict[str, object]:
+        return {k: v for k, v in asdict(self).items() if k != "capacity_mb"}
+
+
+@dataclass
+class ProcessRecord:
+    role: str
+    name: str
+    pid: int
+    create_time: float
+    log: str
+
+
+@dataclass
+class FleetRun:
+    settings: FleetSettings
+    processes: list[ProcessRecord] = field(default_factory=list)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.settings.host}:{self.settings.port}"
+
+    @property
+    def token_file(self) -> Path:
+        return Path(self.settings.state_root) / "controller" / "operator.token"
+
+
+def partition_capacity(machines: int) -> int:
+    """Memory per logical host: an equal share of what this machine can really give."""
+    usable = int(psutil.virtual_memory().available / (1024 * 1024) * 0.6)
+    return max(256, min(NODE_CAPACITY_CEILING_MB, usable // max(1, machines)))
+
+
+def _spawn(args: list[str], log_path: Path, detached: bool) -> subprocess.Popen[bytes]:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log = log_path.open("ab")
+    return subprocess.Popen(
+        [sys.executable, "-m", "gridctl", *args],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=detached,
+    )
+
+
+def _record(role: str, name: str, proc: subprocess.Popen[bytes], log: Path) -> ProcessRecord:
+    return ProcessRecord(role, name, proc.pid, psutil.Process(proc.pid).create_time(), str(log))
+
+
+def wait_healthy(url: str, deadline_seconds: float = 60.0) -> None:
+    deadline = time.monotonic() + deadline_seconds
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/healthz", timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError as exc:
+            last = exc
+        time.sleep(0.2)
+    raise TimeoutError(f"controller at {url} did not become healthy: {last}")
+
+
+def start_fleet(settings: FleetSettings, *, detached: bool, say: object = print) -> FleetRun:
+    """Start the controller and the logical nodes; returns when the controller is healthy."""
+    if not 1 <= settings.machines <= MAX_MACHINES:
+        raise ValueError(f"--machines must be between 1 and {MAX_MACHINES}")
+    root = Path(settings.state_root)
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o700)
+    if not settings.capacity_mb:
+        settings.capacity_mb = partition_capacity(settings.machines)
+    run = FleetRun(settings)
+    controller_dir = root / "controller"
+    ctl_log = root / "logs" / "controller.log"
+    proc = _spawn(
+        [
+            "controller",
+            "--watch",
+            settings.watch_dir,
+            "--state",
+            str(controller_dir),
+            "--listen",
+            f"{settings.host}:{settings.port}",
+        ],
+        ctl_log,
+        detached,
+    )
+    run.processes.append(_record("controller", "controller", proc, ctl_log))
+    assert callable(say)
+    try:
+        wait_healthy(run.base_url)
+    except TimeoutError:
+        stop_fleet(run)
+        raise
+    key = load_or_create_signing_key(controller_dir)
+    for i in range(1, settings.machines + 1):
+        host_id = f"local-{i}"
+        node_dir = root / host_id
+        node_dir.mkdir(parents=True, exist_ok=True)
+        token_file = node_dir / "node.token"
+        write_secret_file(token_file, issue_node_credential(key, host_id, now=time.time()) + "\n")
+        first = PORT_BASE + (i - 1) * PORTS_PER_HOST
+        log = root / "logs" / f"{host_id}.log"
+        proc = _spawn(
+            [
+                "node",
+                "start",
+                "--controller",
+                run.base_url,
+                "--token-file",
+                str(token_file),
+                "--host-id",
+                host_id,
+                "--state-dir",
+                str(node_dir),
+                "--capacity-mb",
+                str(settings.capacity_mb),
+                "--reserved-mb",
+                "0",
+                "--failure-domain",
+                f"zone-{chr(ord('a') + (i - 1) % 26)}",
+                "--tags",
+                "local,cpu",
+                "--port-range",
+                f"{first}-{first + PORTS_PER_HOST - 1}",
+                "--foreground",
+            ],
+            log,
+            detached,
+        )
+        run.processes.append(_record("node", host_id, proc, log))
+        say(
+            f"started logical host {host_id} ({settings.capacity_mb} MB, ports {first}-"
+            f"{first + PORTS_PER_HOST - 1})"
+        )
+    save_run(run)
+    return run
+
+
+def save_run(run: FleetRun) -> None:
+    path = Path(run.settings.state_root) / RUN_FILE
+    data = {"settings": asdict(run.settings), "processes": [asdict(p) for p in run.processes]}
+    path.write_text(json.dumps(data, indent=2))
+
+
+def load_run(state_root: Path) -> FleetRun | None:
+    path = state_root / RUN_FILE
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    return FleetRun(
+        FleetSettings(**data["settings"]), [ProcessRecord(**p) for p in data["processes"]]
+    )
+
+
+def proven_process(record: ProcessRecord) -> psutil.Process | None:
+    """The live process of ``record`` only if its birth time proves it is ours."""
+    try:
+        proc = psutil.Process(record.pid)
+        if abs(proc.create_time() - record.create_time) > 0.01:
+            return None
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return proc
+    except psutil.Error:
+        return None
+
+
+def alive(run: FleetRun) -> dict[str, bool]:
+    return {p.name: proven_process(p) is not None for p in run.processes}
+
+
+def stop_fleet(run: FleetRun, timeout: float = 60.0) -> list[str]:
+    """Stop nodes first (they drain and unload their children), then the controller."""
+    problems: list[str] = []
+    for role in ("node", "controller"):
+        procs = [(r, proven_process(r)) for r in run.processes if r.role == role]
+        for record, proc in procs:
+            if proc is None:
+                continue
+            try:
+                proc.send_signal(signal.SIGTERM)
+            except psutil.Error as exc:
+                problems.append(f"{record.name}: {exc}")
+        for record, proc in procs:
+            if proc is None:
+                continue
+            try:
+                proc.wait(timeout=timeout)
+            except psutil.TimeoutExpired:
+                problems.append(f"{record.name} did not stop within {timeout:.0f}s; killed")
+                proc.kill()
+            except psutil.Error:
+                pass
+    path = Path(run.settings.state_root) / RUN_FILE
+    if path.exists():
+        path.unlink()
+    return problems
+
+
+def settings_match(run: FleetRun, settings: FleetSettings) -> bool:
+    return run.settings.key() == settings.key()
