@@ -1,0 +1,170 @@
+"""Per-host facts computed once per plan from one observation.
+
+A ``HostView`` answers the questions every filter and scorer asks about a host
+without rescanning its residencies: may it take new work at all (lifecycle,
+heartbeat freshness, lifecycle authority), how much memory the two ledgers
+start from, which models are live there, which artifacts are cached, and how
+often a model has failed to start there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gridctl.domain import (
+    ControllerPolicy,
+    HostSnapshot,
+    HostState,
+    ModelProfile,
+    Ownership,
+    Residency,
+    ResidencyState,
+)
+from gridctl.planner.rejections import Rejection, RejectionCode
+from gridctl.planner.runtimes import accounted_memory
+
+UNCONFIGURED_PRIORITY = -1
+SATISFYING_STATES = frozenset(
+    {ResidencyState.READY, ResidencyState.LOADING, ResidencyState.WARMING}
+)
+UNMANAGED_HOST_KINDS = frozenset({"external-endpoint", "external"})
+
+
+@dataclass(frozen=True, slots=True)
+class LiveResidency:
+    """A memory-occupying residency with what the planner charges for it."""
+
+    residency: Residency
+    memory_mb: int
+    priority: int
+    configured: bool
+
+    @property
+    def model_id(self) -> str:
+        return self.residency.model_id
+
+    @property
+    def managed(self) -> bool:
+        return self.residency.ownership is Ownership.MANAGED
+
+    @property
+    def removable(self) -> bool:
+        """Only managed, unpinned work may ever be drained by a plan."""
+        return self.residency.actuatable
+
+
+@dataclass(frozen=True, slots=True)
+class HostView:
+    """Everything the planner needs to know about one host, computed once."""
+
+    host: HostSnapshot
+    admission: Rejection | None  # why no new work at all, or None
+    raw_mb: int  # allocatable after reserve and thermal derating
+    new_capacity_mb: int  # what new placement may use (throttled fraction)
+    unmanaged_mb: int  # external workloads, consumed first
+    live_managed_mb: int
+    live: tuple[LiveResidency, ...]
+    live_models: frozenset[str]
+    fixed_mb: int  # live managed memory that no plan may remove (pinned residencies)
+    fixed_models: frozenset[str]  # models no plan may remove (unmanaged or pinned)
+    cached: frozenset[tuple[str, str | None]]
+    failures: Mapping[str, int]
+    active_requests: int
+    by_model: Mapping[str, tuple[LiveResidency, ...]]
+
+    @property
+    def host_id(self) -> str:
+        return self.host.host_id
+
+    @property
+    def domain(self) -> str:
+        return self.host.resources.failure_domain
+
+    @property
+    def throttled(self) -> bool:
+        return self.host.state is HostState.THROTTLED
+
+    def has_exact_artifact(self, profile: ModelProfile) -> bool:
+        """Cached weights of exactly the profile's artifact (any digest when none is declared)."""
+        sha = profile.artifact.sha256
+        if sha is None:
+            return any(model == profile.name for model, _ in self.cached)
+        return (profile.name, sha) in self.cached
+
+    def residencies_of(self, model_id: str) -> tuple[LiveResidency, ...]:
+        return self.by_model.get(model_id, ())
+
+
+def admission_rejection(
+    host: HostSnapshot, now: float, policy: ControllerPolicy
+) -> Rejection | None:
+    """Lifecycle, heartbeat and authority gates: only fresh accepting/throttled managed hosts."""
+    if not host.state.admits_new_work:
+        return Rejection(RejectionCode.HOST_STATE, f"host is {host.state.value}")
+    if host.last_heartbeat is None:
+        return Rejection(RejectionCode.HEARTBEAT_MISSING, "no heartbeat")
+    age = now - host.last_heartbeat
+    if age > policy.heartbeat_stale_seconds:
+        return Rejection(RejectionCode.HEARTBEAT_STALE, f"heartbeat {age:.0f}s old")
+    if -age > policy.heartbeat_future_skew_seconds:
+        return Rejection(RejectionCode.HEARTBEAT_FUTURE, f"heartbeat {-age:.0f}s in the future")
+    if host.kind in UNMANAGED_HOST_KINDS:
+        return Rejection(RejectionCode.HOST_UNMANAGED, f"host kind {host.kind} is inventory only")
+    return None
+
+
+def build_host_view(
+    host: HostSnapshot,
+    profiles: Mapping[str, ModelProfile],
+    now: float,
+    policy: ControllerPolicy,
+) -> HostView:
+    res = host.resources
+    raw = max(0, int(res.capacity_mb * res.thermal_derate) - res.reserved_mb)
+    new_capacity = int(raw * res.throttle_fraction) if host.state is HostState.THROTTLED else raw
+    live: list[LiveResidency] = []
+    unmanaged_rows = 0
+    managed = 0
+    fixed = 0
+    fixed_models: set[str] = set()
+    for residency in host.residencies:
+        if not residency.state.occupies_memory:
+            continue
+        profile = profiles.get(residency.model_id)
+        memory = accounted_memory(profile, residency, host)
+        priority = profile.priority if profile is not None else UNCONFIGURED_PRIORITY
+        live.append(LiveResidency(residency, memory, priority, profile is not None))
+        if residency.ownership is Ownership.MANAGED:
+            managed += memory
+            if residency.pinned:
+                fixed += memory
+                fixed_models.add(residency.model_id)
+        else:
+            unmanaged_rows += memory
+            fixed_models.add(residency.model_id)
+    cached = {(c.model_id, c.artifact_sha256) for c in host.cached}
+    for residency in host.residencies:
+        # a live or cached residency proves its weights are on disk
+        if residency.state in SATISFYING_STATES or residency.state is ResidencyState.CACHED:
+            cached.add((residency.model_id, residency.artifact_sha256))
+    ordered = tuple(sorted(live, key=lambda r: (r.model_id, r.residency.state.value, r.memory_mb)))
+    by_model: dict[str, tuple[LiveResidency, ...]] = {}
+    for row in ordered:
+        by_model[row.model_id] = (*by_model.get(row.model_id, ()), row)
+    return HostView(
+        host=host,
+        admission=admission_rejection(host, now, policy),
+        raw_mb=raw,
+        new_capacity_mb=new_capacity,
+        unmanaged_mb=max(res.external_mb, unmanaged_rows),
+        live_managed_mb=managed,
+        live=ordered,
+        live_models=frozenset(r.model_id for r in live),
+        fixed_mb=fixed,
+        fixed_models=frozenset(fixed_models),
+        cached=frozenset(cached),
+        failures=dict(host.failed_attempts),
+        active_requests=sum(r.active_requests for r in host.residencies),
+        by_model=by_model,
+    )

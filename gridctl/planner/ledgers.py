@@ -1,0 +1,101 @@
+"""The per-host books one plan keeps while it fills the fleet.
+
+Two memory ledgers, as the spec demands:
+
+* incremental (make-before-break): every live process still holds its memory
+  until a later heartbeat proves it gone, so new work must fit beside all of
+  it, plus the policy's admission headroom, within what the host offers new
+  placement (a throttled host only its fraction);
+* desired: the complete desired footprint — unmanaged work first, then every
+  replica the plan keeps or adds, plus capacity reserved for a staged
+  preemption's beneficiary — must fit the raw allocatable memory after
+  reserve and thermal derating. Zero-allocation incumbents are charged here.
+
+Beside them: serving slots, colocation members and the cumulative artifact
+disk reservation of uncached new placements.
+"""
+
+from __future__ import annotations
+
+from gridctl.planner.host_views import HostView
+
+
+class HostLedger:
+    """Mutable accounting for one host within one plan."""
+
+    __slots__ = (
+        "assigned",
+        "desired_mb",
+        "desired_models",
+        "disk_mb",
+        "new_mb",
+        "new_models",
+        "reserved",
+        "view",
+    )
+
+    def __init__(self, view: HostView) -> None:
+        self.view = view
+        self.new_mb = 0
+        self.disk_mb = 0
+        # memory no plan can take away is charged before anything is kept or added
+        self.desired_mb = view.unmanaged_mb + view.fixed_mb
+        self.desired_models: set[str] = set(view.fixed_models)
+        self.assigned: set[str] = set()
+        self.new_models: set[str] = set()
+        self.reserved: set[str] = set()
+
+    # -- questions ---------------------------------------------------------
+    @property
+    def incremental_free_mb(self) -> int:
+        v = self.view
+        return v.new_capacity_mb - v.unmanaged_mb - v.live_managed_mb - self.new_mb
+
+    @property
+    def desired_free_mb(self) -> int:
+        return self.view.raw_mb - self.desired_mb
+
+    def members(self) -> set[str]:
+        """Models that occupy (or will occupy) a serving slot here right now."""
+        return set(self.view.live_models) | self.new_models | self.reserved
+
+    def disk_free_mb(self) -> int | None:
+        free = self.view.host.resources.disk_free_mb
+        return None if free is None else free - self.disk_mb
+
+    # -- changes -----------------------------------------------------------
+    def keep_existing(self, model_id: str, memory_mb: int, charged: bool) -> None:
+        """Keep a live residency; ``charged`` is False when its memory is already fixed."""
+        self.assigned.add(model_id)
+        self.desired_models.add(model_id)
+        if charged:
+            self.desired_mb += memory_mb
+
+    def drop_existing(self, model_id: str, memory_mb: int, charged: bool) -> None:
+        self.assigned.discard(model_id)
+        if model_id not in self.view.fixed_models:
+            self.desired_models.discard(model_id)
+        if charged:
+            self.desired_mb -= memory_mb
+
+    def add_new(self, model_id: str, memory_mb: int, disk_mb: int) -> None:
+        self.assigned.add(model_id)
+        self.desired_models.add(model_id)
+        self.new_models.add(model_id)
+        self.new_mb += memory_mb
+        self.desired_mb += memory_mb
+        self.disk_mb += disk_mb
+
+    def remove_new(self, model_id: str, memory_mb: int, disk_mb: int) -> None:
+        self.assigned.discard(model_id)
+        self.desired_models.discard(model_id)
+        self.new_models.discard(model_id)
+        self.new_mb -= memory_mb
+        self.desired_mb -= memory_mb
+        self.disk_mb -= disk_mb
+
+    def reserve(self, model_id: str, memory_mb: int) -> None:
+        """Hold desired capacity and a slot for a staged preemption's beneficiary."""
+        self.reserved.add(model_id)
+        self.desired_models.add(model_id)
+        self.desired_mb += memory_mb

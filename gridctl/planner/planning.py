@@ -1,0 +1,118 @@
+"""The placement pipeline, assembled in one readable function.
+
+``plan_placement`` turns desired state (profiles, policy) and one frozen
+observation (hosts, residencies, demand, ``now``) into a ``Plan``: targets,
+seeded incumbents, pins, fair priority rounds with repair and staged
+preemption, failure-domain shortfalls, explanations and the input digest.
+It is pure: no clock, no randomness, no I/O; equal inputs give equal bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gridctl.domain import (
+    ControllerPolicy,
+    FleetSnapshot,
+    ModelProfile,
+    Plan,
+    ResidencyState,
+    Unsatisfied,
+    UnsatisfiedCode,
+)
+from gridctl.planner.canonical import input_digest
+from gridctl.planner.rounds import place_pins, place_rounds
+from gridctl.planner.scoring import ScarcityIndex
+from gridctl.planner.seeding import seed_incumbents
+from gridctl.planner.targets import FleetFacts, replica_target
+from gridctl.planner.workspace import Workspace
+
+
+def plan_placement(
+    profiles: Sequence[ModelProfile],
+    snapshot: FleetSnapshot,
+    policy: ControllerPolicy | None = None,
+) -> Plan:
+    """Plan which replicas belong on which host, what to preempt and what cannot be met."""
+    policy = policy or ControllerPolicy()
+    digest = input_digest(profiles, snapshot, policy)
+    ws = Workspace(profiles, snapshot, policy)
+    set_targets(ws)
+    ws.scarcity = ScarcityIndex(ws.eligible, {m: t.replicas for m, t in ws.targets.items()})
+    seed_incumbents(ws)
+    place_pins(ws)
+    place_rounds(ws)
+    report_domain_shortfalls(ws)
+    return assemble(ws, digest)
+
+
+def fleet_facts(ws: Workspace, model_id: str) -> FleetFacts:
+    profile = ws.profiles[model_id]
+    ready = 0
+    recent = 0
+    fastest: float | None = None
+    horizon = ws.now - profile.scale_down_cooldown_seconds
+    for host_id in ws.eligible[model_id]:
+        row = ws.incumbent(model_id, host_id)
+        if row is None:
+            view = ws.views[host_id]
+            startup = profile.warm_seconds
+            if not view.has_exact_artifact(profile):
+                startup += profile.load_seconds
+            fastest = startup if fastest is None else min(fastest, startup)
+            continue
+        if row.residency.state is ResidencyState.READY:
+            ready += 1
+            stamps = [t for t in (row.residency.loaded_at, row.residency.last_used_at) if t]
+            if stamps and max(stamps) >= horizon:
+                recent += 1
+    if fastest is None and ws.eligible[model_id]:
+        fastest = profile.warm_seconds + profile.load_seconds
+    return FleetFacts(ready=ready, recent_ready=recent, startup_seconds=fastest)
+
+
+def set_targets(ws: Workspace) -> None:
+    for model_id, profile in ws.profiles.items():
+        facts = fleet_facts(ws, model_id)
+        ws.targets[model_id] = replica_target(profile, ws.demand.get(model_id), facts, ws.policy)
+
+
+def report_domain_shortfalls(ws: Workspace) -> None:
+    for model_id in ws.model_ids:
+        required = ws.required_domains(model_id)
+        used = len(ws.domains[model_id])
+        if ws.placed(model_id) and used < required:
+            ws.add_shortfall(
+                model_id,
+                UnsatisfiedCode.FAILURE_DOMAIN_SHORTFALL,
+                f"replicas span {used} of the {required} failure domains required",
+                missing=0,
+            )
+
+
+def assemble(ws: Workspace, digest: str) -> Plan:
+    assignments = sorted(
+        (a for per_host in ws.assignments.values() for a in per_host.values()),
+        key=lambda a: (a.model_id, a.host_id),
+    )
+    preemptions = sorted(ws.preemptions.values(), key=lambda p: (p.host_id, p.model_id))
+    unsatisfied = [
+        Unsatisfied(
+            model_id=model_id,
+            code=code,
+            message=shortfall.message,
+            missing_replicas=shortfall.missing,
+            host_id=shortfall.host_id,
+        )
+        for (model_id, code), shortfall in sorted(ws.shortfalls.items())
+    ]
+    explanations = ws.explain.build(ws.targets, ws.host_ids, lambda m, h: ws.static_score(m, h)[0])
+    return Plan(
+        input_digest=digest,
+        now=ws.now,
+        targets=tuple((m, t.replicas) for m, t in sorted(ws.targets.items())),
+        assignments=tuple(assignments),
+        preemptions=tuple(preemptions),
+        unsatisfied=tuple(unsatisfied),
+        explanations=explanations,
+    )

@@ -1,0 +1,163 @@
+"""Fair placement rounds: pins first, then priority classes, one replica per round.
+
+Hard pins are reserved first. Then priority classes fill high to low; within a
+class, baseline replicas place before direct demand, and direct before
+inferred-only prewarms. Each round gives every model that still wants a
+replica of the current kind exactly one, so scarce capacity is max-min fair.
+Round order: more constrained models (fewer eligible hosts) and larger models
+first, then the greater attributable harm (queue, latency/SLO ratio, errors,
+concurrency, observed rate), the model id last.
+
+A replica that finds no host tries, in order: the bounded repair (moving fresh
+equal-priority replicas), an in-place artifact replacement, staged preemption
+of lower-priority work (not for inferred-only demand) and the sole-host
+repack. Otherwise its shortfall is recorded with the most telling code.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from gridctl.domain import DemandClass, UnsatisfiedCode
+from gridctl.planner.preemption import stage_preemption
+from gridctl.planner.rejections import RejectionCode, shortfall_code
+from gridctl.planner.repacking import relocate_for_sole_host, replace_in_place
+from gridctl.planner.repair import try_repair
+from gridctl.planner.selection import choose_host, commit
+from gridctl.planner.workspace import Workspace
+
+ROUND_CLASSES = (DemandClass.BASELINE, DemandClass.DIRECT, DemandClass.INFERRED)
+_CAPACITY_CODES = frozenset(
+    {RejectionCode.MEMORY_INCREMENTAL, RejectionCode.MEMORY_DESIRED, RejectionCode.MODEL_SLOTS}
+)
+
+
+class Outcome(Enum):
+    PLACED = "placed"
+    STAGED = "staged"  # waits for a staged preemption or repack
+    FAILED = "failed"
+
+
+def round_key(ws: Workspace, model_id: str) -> tuple[object, ...]:
+    profile = ws.profiles[model_id]
+    harm = ws.targets[model_id].harm
+    return (
+        len(ws.eligible[model_id]),
+        -profile.memory_mb,
+        tuple(-h for h in harm),
+        model_id,
+    )
+
+
+def _reason(ws: Workspace, model_id: str, index: int, demand_class: DemandClass) -> str:
+    target = ws.targets[model_id]
+    return f"{demand_class.value} replica {index + 1} of {target.replicas}: {target.reason}"
+
+
+def place_one(ws: Workspace, model_id: str, index: int, demand_class: DemandClass) -> Outcome:
+    dead = ws.dead.setdefault(model_id, set())
+    hosts = ws.ordered_hosts(model_id)
+    choice = choose_host(ws, model_id, hosts, dead=dead)
+    codes = set(choice.codes)
+    if choice.winner is None and RejectionCode.FAILURE_DOMAIN in codes:
+        # the minimum is reported as a shortfall; a replica in a used domain still serves
+        choice = choose_host(ws, model_id, hosts, relax_domains=True, dead=dead)
+        codes |= choice.codes
+    reason = _reason(ws, model_id, index, demand_class)
+    if choice.winner is not None:
+        commit(ws, choice.winner, demand_class, reason)
+        return Outcome.PLACED
+    codes |= ws.static_codes[model_id]
+    if codes & _CAPACITY_CODES and try_repair(ws, model_id, demand_class, reason):
+        return Outcome.PLACED
+    if RejectionCode.STALE_ARTIFACT_IN_PLACE in codes and replace_in_place(ws, model_id):
+        return Outcome.STAGED
+    if demand_class is not DemandClass.INFERRED:
+        if stage_preemption(ws, model_id, ws.eligible[model_id]):
+            return Outcome.STAGED
+        if relocate_for_sole_host(ws, model_id, demand_class):
+            return Outcome.STAGED
+    code = shortfall_code(codes)
+    missing = ws.targets[model_id].replicas - index
+    ws.add_shortfall(model_id, code, _message(ws, model_id, code), missing=missing)
+    return Outcome.FAILED
+
+
+def _message(ws: Workspace, model_id: str, code: UnsatisfiedCode) -> str:
+    eligible = len(ws.eligible[model_id])
+    if code is UnsatisfiedCode.NO_ELIGIBLE_NODES:
+        return f"no host passes the hard rules ({len(ws.host_ids)} hosts considered)"
+    return f"{code.value.replace('_', ' ')} on all {eligible} eligible hosts"
+
+
+def place_pins(ws: Workspace) -> None:
+    """Reserve every missing hard pin on its exact node, high priority first."""
+    pinned = sorted(
+        (m for m in ws.model_ids if ws.profiles[m].pins), key=lambda m: (-ws.priority(m), m)
+    )
+    for model_id in pinned:
+        for pin in ws.profiles[model_id].pins:
+            if pin in ws.assignments[model_id]:
+                continue
+            if pin not in ws.views:
+                ws.add_shortfall(
+                    model_id,
+                    UnsatisfiedCode.PINNED_NODE_UNAVAILABLE,
+                    f"pinned host {pin} is not in the fleet",
+                    host_id=pin,
+                )
+                continue
+            if pin not in ws.eligible_set[model_id]:
+                ws.add_shortfall(
+                    model_id,
+                    UnsatisfiedCode.PINNED_NODE_UNAVAILABLE,
+                    f"pinned host {pin} is not eligible",
+                    host_id=pin,
+                )
+                continue
+            choice = choose_host(ws, model_id, (pin,), relax_domains=True)
+            if choice.winner is not None:
+                commit(ws, choice.winner, DemandClass.PINNED, f"pinned to {pin}")
+                continue
+            if stage_preemption(ws, model_id, (pin,)):
+                continue
+            rejection = ", ".join(sorted(c.value for c in choice.codes))
+            ws.add_shortfall(
+                model_id,
+                UnsatisfiedCode.PINNED_NODE_UNAVAILABLE,
+                f"pinned host {pin} cannot take it now ({rejection})",
+                host_id=pin,
+            )
+
+
+def place_rounds(ws: Workspace) -> None:
+    """Priority classes high to low; baseline, direct, inferred; one replica per round."""
+    priorities = sorted({ws.priority(m) for m in ws.model_ids}, reverse=True)
+    for priority in priorities:
+        models = [m for m in ws.model_ids if ws.priority(m) == priority and not ws.profiles[m].pins]
+        progress = {m: ws.placed(m) for m in models}
+        stopped: set[str] = set()
+        for demand_class in ROUND_CLASSES:
+            active = [m for m in models if _wants(ws, m, progress[m], demand_class, stopped)]
+            while active:
+                following: list[str] = []
+                for model_id in sorted(active, key=lambda m: round_key(ws, m)):
+                    index = progress[model_id]
+                    outcome = place_one(ws, model_id, index, demand_class)
+                    progress[model_id] = index + 1
+                    if outcome is Outcome.FAILED:
+                        stopped.add(model_id)
+                    elif _wants(ws, model_id, progress[model_id], demand_class, stopped):
+                        following.append(model_id)
+                active = following
+
+
+def _wants(
+    ws: Workspace, model_id: str, index: int, demand_class: DemandClass, stopped: set[str]
+) -> bool:
+    target = ws.targets[model_id]
+    return (
+        model_id not in stopped
+        and index < target.replicas
+        and target.class_of(index) is demand_class
+    )

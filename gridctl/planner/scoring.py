@@ -1,0 +1,172 @@
+"""Soft preferences: bounded, named score components for one (model, host).
+
+Higher is better. Bonuses: an existing live residency, cached exact weights,
+a failure domain the model does not use yet, measured throughput (or, before
+any measurement, hardware priors), and best fit. Costs: host load, measured
+latency, host priority, cold start, throttling, persisted failed attempts and
+the scarcity penalty for a flexible model on a host a constrained model needs.
+Throughput and hardware are multiplied by the hot-demand performance factor
+(at most ``policy.performance_factor_max``); the ready and cached bonuses stay
+larger than the unmultiplied speed terms, so light demand keeps cached hosts.
+
+Every component is bounded, so ``STATIC_BOUND``-style pruning is exact: the
+dynamic part can add at most ``DYNAMIC_MAX``.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from gridctl.domain import ControllerPolicy, ModelProfile, ResidencyState
+from gridctl.planner.host_views import HostView, LiveResidency
+
+EXISTING_READY = 100.0
+EXISTING_STARTING = 80.0
+CACHED_WEIGHTS = 40.0
+FAILURE_DOMAIN = 30.0
+THROUGHPUT = 10.0
+HARDWARE = 5.0
+BEST_FIT = 10.0
+LOAD_MAX = 10.0
+LATENCY_MAX = 10.0
+HOST_PRIORITY_MAX = 10.0
+COLD_START_MAX = 15.0
+THROTTLED = 15.0
+FAILED_ATTEMPTS = 100.0
+SCARCITY = 20.0
+
+DYNAMIC_MAX = FAILURE_DOMAIN + BEST_FIT
+
+Components = tuple[tuple[str, float], ...]
+
+
+def _r(value: float) -> float:
+    return round(value, 6)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetNorms:
+    """Fleet-wide maxima that normalise speed terms into [0, 1]."""
+
+    tokens_per_second: float
+    bandwidth_gbps: float
+    compute_gflops: float
+
+    @classmethod
+    def of(cls, views: Sequence[HostView]) -> FleetNorms:
+        def top(values: list[float | None]) -> float:
+            present = [v for v in values if v is not None and v > 0]
+            return max(present) if present else 0.0
+
+        res = [v.host.resources for v in views]
+        return cls(
+            tokens_per_second=top([r.measured_tokens_per_second for r in res]),
+            bandwidth_gbps=top([r.memory_bandwidth_gbps for r in res]),
+            compute_gflops=top([r.compute_gflops for r in res]),
+        )
+
+
+class ScarcityIndex:
+    """Which hosts constrained models need, queried per flexible model in O(log n).
+
+    For every host it keeps the (eligible-host count, need) of each demanded
+    model that may run there, sorted by count with running maxima, so "the
+    largest need of a model more constrained than mine" is one bisection.
+    """
+
+    def __init__(self, eligible: Mapping[str, Sequence[str]], targets: Mapping[str, int]) -> None:
+        rows: dict[str, list[tuple[int, float]]] = {}
+        for model in sorted(eligible):
+            hosts = eligible[model]
+            wanted = targets.get(model, 0)
+            if not hosts or wanted <= 0:
+                continue
+            need = min(1.0, wanted / len(hosts))
+            for host in hosts:
+                rows.setdefault(host, []).append((len(hosts), need))
+        self._counts: dict[str, list[int]] = {}
+        self._running: dict[str, list[float]] = {}
+        for host, entries in rows.items():
+            entries.sort()
+            best = 0.0
+            running: list[float] = []
+            for _, need in entries:
+                best = max(best, need)
+                running.append(best)
+            self._counts[host] = [count for count, _ in entries]
+            self._running[host] = running
+
+    def need(self, host_id: str, my_count: int) -> float:
+        """Largest need on ``host_id`` of a model with fewer eligible hosts than ``my_count``."""
+        counts = self._counts.get(host_id)
+        if not counts or my_count <= 1:
+            return 0.0  # no alternative destination: never penalised
+        index = bisect_left(counts, my_count)
+        return self._running[host_id][index - 1] if index > 0 else 0.0
+
+
+def static_components(
+    profile: ModelProfile,
+    view: HostView,
+    incumbent: LiveResidency | None,
+    norms: FleetNorms,
+    factor: float,
+    scarcity_need: float,
+    policy: ControllerPolicy,
+) -> Components:
+    """The parts of the score that do not change while the plan fills the fleet."""
+    parts: list[tuple[str, float]] = []
+    res = view.host.resources
+    if incumbent is not None:
+        ready = incumbent.residency.state is ResidencyState.READY
+        parts.append(("existing_residency", EXISTING_READY if ready else EXISTING_STARTING))
+    elif view.has_exact_artifact(profile):
+        parts.append(("cached_weights", CACHED_WEIGHTS))
+    if res.measured_tokens_per_second and norms.tokens_per_second:
+        share = res.measured_tokens_per_second / norms.tokens_per_second
+        parts.append(("measured_throughput", THROUGHPUT * share * factor))
+    else:
+        prior = 0.0
+        if res.memory_bandwidth_gbps and norms.bandwidth_gbps:
+            prior += 0.5 * res.memory_bandwidth_gbps / norms.bandwidth_gbps
+        if res.compute_gflops and norms.compute_gflops:
+            prior += 0.5 * res.compute_gflops / norms.compute_gflops
+        if prior:
+            parts.append(("hardware_prior", HARDWARE * prior * factor))
+    if view.active_requests:
+        parts.append(("host_load", -min(LOAD_MAX, 2.0 * view.active_requests)))
+    if res.measured_latency_ms:
+        parts.append(("latency", -min(LATENCY_MAX, res.measured_latency_ms / 200.0)))
+    if res.host_priority:
+        parts.append(("host_priority", -HOST_PRIORITY_MAX * res.host_priority / 1000.0))
+    if incumbent is None:
+        startup = profile.warm_seconds
+        if not view.has_exact_artifact(profile):
+            startup += profile.load_seconds
+        parts.append(("cold_start", -min(COLD_START_MAX, startup / 20.0)))
+    if view.throttled:
+        parts.append(("throttled", -THROTTLED))
+    failures = view.failures.get(profile.name, 0)
+    if failures:
+        share = min(policy.failed_attempt_penalty_max, failures * policy.failed_attempt_penalty)
+        parts.append(("failed_attempts", -FAILED_ATTEMPTS * share))
+    if scarcity_need and incumbent is None:
+        parts.append(("scarcity", -SCARCITY * scarcity_need))
+    return tuple((name, _r(value)) for name, value in parts)
+
+
+def dynamic_components(new_domain: bool, free_after_mb: int, capacity_mb: int) -> Components:
+    """Failure-domain spread and best fit, which change as the plan fills hosts."""
+    parts: list[tuple[str, float]] = []
+    if new_domain:
+        parts.append(("failure_domain", FAILURE_DOMAIN))
+    if capacity_mb > 0:
+        tightness = 1.0 - max(0, free_after_mb) / capacity_mb
+        parts.append(("best_fit", _r(BEST_FIT * min(1.0, max(0.0, tightness)))))
+    return tuple(parts)
+
+
+def total(components: Components) -> float:
+    return _r(sum(value for _, value in components))

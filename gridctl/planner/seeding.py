@@ -1,0 +1,135 @@
+"""Seed each target with its healthy live incumbents before opening new slots.
+
+If the fleet already holds a complete placement it is kept as it is (the
+feasibility witness): soft scoring never dismantles it. Incumbents are kept
+unmovable-first, higher priority first, then more constrained, so when a host
+no longer fits everything it reports — a reserve grew, a per-host model limit
+or a colocation rule was tightened — the survivors are elected
+deterministically. Removable losers of a tightened slot or colocation rule
+are staged out; losers of the memory ledger simply stop being desired and are
+re-placed elsewhere first (make-before-break). Unmovable inventory that breaks
+a profile stays visible and is reported.
+
+Per model, incumbents in distinct failure domains are kept first, and extra
+same-domain incumbents only while the model's failure-domain minimum still
+has room to be met by new replicas elsewhere.
+"""
+
+from __future__ import annotations
+
+from gridctl.domain import Preemption, UnsatisfiedCode
+from gridctl.planner.host_views import LiveResidency
+from gridctl.planner.rejections import Rejection, RejectionCode
+from gridctl.planner.selection import (
+    Candidate,
+    candidate_for,
+    colocation,
+    commit,
+    memory_desired,
+    model_slots,
+)
+from gridctl.planner.workspace import Workspace
+
+SEED_FILTERS = (model_slots, colocation, memory_desired)
+_STATE_RANK = {"ready": 0, "warming": 1, "loading": 2}
+
+
+def _preferred_incumbents(ws: Workspace, model_id: str) -> list[tuple[str, LiveResidency]]:
+    """This model's incumbents in keeping order, at most its target, domains reserved."""
+    target = ws.targets[model_id].replicas
+    if target <= 0:
+        return []
+    found: list[tuple[str, LiveResidency]] = []
+    for host_id in ws.eligible[model_id]:
+        row = ws.incumbent(model_id, host_id)
+        if row is not None:
+            found.append((host_id, row))
+    found.sort(key=lambda item: (_STATE_RANK.get(item[1].residency.state.value, 3), item[0]))
+    spread: list[tuple[str, LiveResidency]] = []
+    rest: list[tuple[str, LiveResidency]] = []
+    domains: set[str] = set()
+    for host_id, row in found:
+        domain = ws.views[host_id].domain
+        if domain in domains:
+            rest.append((host_id, row))
+        else:
+            domains.add(domain)
+            spread.append((host_id, row))
+    kept = spread[:target]
+    missing_domains = max(
+        0, ws.required_domains(model_id) - len({ws.views[h].domain for h, _ in kept})
+    )
+    room = target - missing_domains
+    for item in rest:
+        if len(kept) >= room:
+            break
+        kept.append(item)
+    return kept
+
+
+def seed_incumbents(ws: Workspace) -> None:
+    rows: list[tuple[tuple[int, int, int, str, int], str, str]] = []
+    for model_id in ws.model_ids:
+        for rank, (host_id, row) in enumerate(_preferred_incumbents(ws, model_id)):
+            key = (
+                0 if not row.removable else 1,
+                -ws.priority(model_id),
+                ws.compatible_count[model_id],
+                model_id,
+                rank,
+            )
+            rows.append((key, model_id, host_id))
+    rows.sort()
+    for _, model_id, host_id in rows:
+        shaped = candidate_for(ws, model_id, host_id)
+        if isinstance(shaped, Rejection) or shaped.incumbent is None:
+            continue
+        rejection = _first_rejection(ws, shaped)
+        if rejection is None:
+            target = ws.targets[model_id]
+            index = ws.placed(model_id)
+            commit(ws, shaped, target.class_of(index), "existing residency kept")
+            continue
+        ws.explain.reject(model_id, host_id, rejection)
+        _lose(ws, shaped, rejection)
+
+
+def _first_rejection(ws: Workspace, candidate: Candidate) -> Rejection | None:
+    for check in SEED_FILTERS:
+        rejection = check(candidate, ws)
+        if rejection is not None:
+            return rejection
+    return None
+
+
+def _lose(ws: Workspace, candidate: Candidate, rejection: Rejection) -> None:
+    """An incumbent that lost the election on its host."""
+    assert candidate.incumbent is not None
+    model_id = candidate.profile.name
+    host_id = candidate.view.host_id
+    policy_loss = rejection.code in (
+        RejectionCode.MODEL_SLOTS,
+        RejectionCode.COLOCATION_CEILING,
+        RejectionCode.COLOCATION_EXCLUDE,
+    )
+    if not policy_loss:
+        return  # the memory ledger: stop desiring it; it is re-placed before it drains
+    if not candidate.incumbent.removable:
+        ws.add_shortfall(
+            model_id,
+            UnsatisfiedCode.COLOCATION_CONFLICT,
+            f"unmanaged inventory on {host_id} breaks the profile: {rejection.detail}",
+            host_id=host_id,
+            missing=0,
+        )
+        return
+    if ws.evictions_left() <= 0:
+        return
+    survivors = sorted(candidate.ledger.assigned, key=lambda m: (-ws.priority(m), m))
+    beneficiary = survivors[0] if survivors else model_id
+    ws.preemptions[(host_id, model_id)] = Preemption(
+        host_id=host_id,
+        model_id=model_id,
+        beneficiary=beneficiary,
+        reason=f"host policy tightened ({rejection.code.value}): {rejection.detail}",
+    )

@@ -1,0 +1,272 @@
+"""Dynamic feasibility and the choice of one host for one more replica.
+
+Static eligibility is settled once per plan; what remains depends on what the
+plan has already put on a host: one replica per model per host, a stale
+same-named residency, serving slots, the reciprocal colocation rules, the
+failure-domain minimum, cumulative artifact disk admission and the two memory
+ledgers. Each is a small filter over a ``Candidate``; ``DYNAMIC_FILTERS`` is the
+chain. ``choose_host`` walks a model's eligible hosts best static score first
+and stops as soon as no remaining host can beat the best found (every dynamic
+score part is bounded), so large fleets are not rescanned for each replica.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gridctl.domain import Assignment, DemandClass, ModelProfile
+from gridctl.planner.host_views import HostView, LiveResidency
+from gridctl.planner.ledgers import HostLedger
+from gridctl.planner.rejections import MONOTONE_CODES, Rejection, RejectionCode
+from gridctl.planner.runtimes import residency_runtime_label, runtime_for_new_placement
+from gridctl.planner.scoring import DYNAMIC_MAX, Components, dynamic_components, total
+from gridctl.planner.workspace import Workspace
+
+
+@dataclass(slots=True)
+class Candidate:
+    """One host being considered for one more replica of one model."""
+
+    profile: ModelProfile
+    view: HostView
+    ledger: HostLedger
+    runtime: str
+    memory_mb: int
+    incumbent: LiveResidency | None  # re-admitting a live residency: zero incremental cost
+    disk_mb: int  # artifact bytes to reserve (0 when cached or already resident)
+    relax_domains: bool = False
+    components: Components = field(default=())
+    score: float = 0.0
+
+    @property
+    def charged(self) -> bool:
+        """Whether keeping or adding this replica adds to the desired ledger."""
+        if self.incumbent is None:
+            return True
+        return self.incumbent.managed and not self.incumbent.residency.pinned
+
+
+DynamicFilter = Callable[[Candidate, Workspace], Rejection | None]
+
+
+def model_slots(c: Candidate, ws: Workspace) -> Rejection | None:
+    limit = c.view.host.resources.max_models
+    if limit <= 0:
+        return None
+    members = c.ledger.desired_models if c.incumbent else c.ledger.members()
+    if c.profile.name not in members and len(members) + 1 > limit:
+        return Rejection(RejectionCode.MODEL_SLOTS, f"all {limit} model slots taken")
+    return None
+
+
+def colocation(c: Candidate, ws: Workspace) -> Rejection | None:
+    """Reciprocal ceilings and excludes against every live or planned peer."""
+    name = c.profile.name
+    if c.incumbent is None and c.view.host_id in ws.live_violations:
+        detail = ws.live_violations[c.view.host_id]
+        return Rejection(RejectionCode.COLOCATION_EXCLUDE, f"host must converge first: {detail}")
+    members = c.ledger.desired_models if c.incumbent else c.ledger.members()
+    peers = members - {name}
+    excluded = ws.exclusions.get(name)
+    if excluded:
+        clash = sorted(peers & excluded)
+        if clash:
+            return Rejection(RejectionCode.COLOCATION_EXCLUDE, f"excluded beside {clash[0]}")
+    count = len(peers) + 1
+    if 0 < c.profile.max_colocated_models < count:
+        return Rejection(
+            RejectionCode.COLOCATION_CEILING,
+            f"{count} models > own ceiling {c.profile.max_colocated_models}",
+        )
+    for peer in sorted(peers):
+        other = ws.profiles.get(peer)
+        if other is not None and 0 < other.max_colocated_models < count:
+            return Rejection(
+                RejectionCode.COLOCATION_CEILING,
+                f"{peer} allows at most {other.max_colocated_models} models",
+            )
+    return None
+
+
+def failure_domain(c: Candidate, ws: Workspace) -> Rejection | None:
+    name = c.profile.name
+    if c.relax_domains or not ws.needs_new_domain(name):
+        return None
+    if c.view.domain in ws.domains[name]:
+        return Rejection(RejectionCode.FAILURE_DOMAIN, f"domain {c.view.domain} already used")
+    return None
+
+
+def disk_admission(c: Candidate, ws: Workspace) -> Rejection | None:
+    if c.disk_mb <= 0:
+        return None
+    free = c.ledger.disk_free_mb()
+    if free is None:
+        return Rejection(RejectionCode.DISK_UNKNOWN, "no authenticated free-disk observation")
+    if c.disk_mb > free:
+        return Rejection(RejectionCode.DISK_ADMISSION, f"artifact {c.disk_mb} MB > {free} MB free")
+    return None
+
+
+def memory_incremental(c: Candidate, ws: Workspace) -> Rejection | None:
+    if c.incumbent is not None:
+        return None  # a zero-allocation transition may stay inside the headroom
+    need = c.memory_mb + ws.policy.admission_headroom_mb
+    free = c.ledger.incremental_free_mb
+    if need > free:
+        return Rejection(
+            RejectionCode.MEMORY_INCREMENTAL, f"needs {need} MB with headroom, {free} MB free now"
+        )
+    return None
+
+
+def memory_desired(c: Candidate, ws: Workspace) -> Rejection | None:
+    if not c.charged:
+        return None  # unmanaged or pinned memory is charged before anything else
+    free = c.ledger.desired_free_mb
+    if c.memory_mb > free:
+        return Rejection(
+            RejectionCode.MEMORY_DESIRED, f"desired footprint over by {c.memory_mb - free} MB"
+        )
+    return None
+
+
+DYNAMIC_FILTERS: tuple[DynamicFilter, ...] = (
+    model_slots,
+    colocation,
+    failure_domain,
+    disk_admission,
+    memory_incremental,
+    memory_desired,
+)
+
+
+def candidate_for(ws: Workspace, model_id: str, host_id: str) -> Candidate | Rejection:
+    """Shape a candidate (runtime, footprint, incumbent, disk cost) or reject it outright."""
+    profile = ws.profiles[model_id]
+    view = ws.views[host_id]
+    ledger = ws.ledgers[host_id]
+    if model_id in ledger.assigned or model_id in ledger.reserved:
+        return Rejection(RejectionCode.ALREADY_ASSIGNED, "a replica is already planned here")
+    incumbent = ws.incumbent(model_id, host_id)
+    if incumbent is not None:
+        runtime = residency_runtime_label(profile, incumbent.residency, view.host)
+        return Candidate(profile, view, ledger, runtime, incumbent.memory_mb, incumbent, 0)
+    if ws.stale_resident(model_id, host_id):
+        return Rejection(
+            RejectionCode.STALE_ARTIFACT_IN_PLACE, "an old artifact revision is resident here"
+        )
+    if view.residencies_of(model_id):
+        return Rejection(RejectionCode.MODEL_RESIDENT, "a non-serving copy is still resident")
+    choice = runtime_for_new_placement(profile, view.host)
+    if choice is None:  # pragma: no cover - static eligibility guarantees a runtime
+        return Rejection(RejectionCode.RUNTIME, "no compatible runtime")
+    runtime, memory = choice
+    disk = 0 if view.has_exact_artifact(profile) else (profile.artifact.size_mb or 0)
+    return Candidate(profile, view, ledger, runtime, memory, None, disk)
+
+
+def evaluate(ws: Workspace, candidate: Candidate) -> Rejection | None:
+    """Run the dynamic chain; on success fill in the named components and the score."""
+    for check in DYNAMIC_FILTERS:
+        rejection = check(candidate, ws)
+        if rejection is not None:
+            return rejection
+    name = candidate.profile.name
+    static_parts, _ = ws.static_score(name, candidate.view.host_id)
+    if candidate.incumbent is not None:
+        free_after = candidate.ledger.desired_free_mb - candidate.memory_mb
+        capacity = candidate.view.raw_mb
+    else:
+        free_after = candidate.ledger.incremental_free_mb - candidate.memory_mb
+        capacity = candidate.view.new_capacity_mb
+    new_domain = candidate.view.domain not in ws.domains[name]
+    parts = static_parts + dynamic_components(new_domain, free_after, capacity)
+    candidate.components = parts
+    candidate.score = total(parts)
+    return None
+
+
+@dataclass(slots=True)
+class Choice:
+    """The outcome of one search: the winner (if any) and every rejection code seen."""
+
+    winner: Candidate | None
+    codes: set[RejectionCode]
+
+
+def choose_host(
+    ws: Workspace,
+    model_id: str,
+    hosts: tuple[str, ...] | list[str],
+    relax_domains: bool = False,
+    dead: set[str] | None = None,
+) -> Choice:
+    """The best feasible host among ``hosts`` (ordered by static score, best first).
+
+    Hosts rejected for a reason that cannot heal within this plan are added to
+    ``dead`` so later searches for the same model skip them.
+    """
+    best: Candidate | None = None
+    codes: set[RejectionCode] = set()
+    for host_id in hosts:
+        if dead is not None and host_id in dead:
+            continue
+        if best is not None:
+            _, bound = ws.static_score(model_id, host_id)
+            if bound + DYNAMIC_MAX < best.score:
+                break
+        shaped = candidate_for(ws, model_id, host_id)
+        if isinstance(shaped, Rejection):
+            rejection: Rejection | None = shaped
+        else:
+            shaped.relax_domains = relax_domains
+            rejection = evaluate(ws, shaped)
+        if rejection is not None:
+            codes.add(rejection.code)
+            ws.explain.reject(model_id, host_id, rejection)
+            if dead is not None and rejection.code in MONOTONE_CODES:
+                dead.add(host_id)
+            continue
+        assert not isinstance(shaped, Rejection)
+        ws.explain.score(model_id, host_id, shaped.components, shaped.score)
+        if best is None or shaped.score > best.score:
+            best = shaped
+        elif shaped.score == best.score and host_id < best.view.host_id:
+            best = shaped  # ties go to the smaller host id, never to input order
+    return Choice(best, codes)
+
+
+def commit(
+    ws: Workspace, candidate: Candidate, demand_class: DemandClass, reason: str
+) -> Assignment:
+    """Book the chosen candidate on its host's ledger and record the assignment."""
+    name = candidate.profile.name
+    if candidate.incumbent is not None:
+        candidate.ledger.keep_existing(name, candidate.memory_mb, candidate.charged)
+    else:
+        candidate.ledger.add_new(name, candidate.memory_mb, candidate.disk_mb)
+    assignment = Assignment(
+        model_id=name,
+        host_id=candidate.view.host_id,
+        runtime=candidate.runtime,
+        memory_mb=candidate.memory_mb,
+        reason=reason,
+        demand_class=demand_class,
+        priority=candidate.profile.priority,
+        existing=candidate.incumbent is not None,
+    )
+    ws.record_assignment(assignment)
+    return assignment
+
+
+def uncommit(ws: Workspace, model_id: str, host_id: str) -> Assignment:
+    """Undo a new (not existing) assignment made earlier in this plan."""
+    assignment = ws.remove_assignment(model_id, host_id)
+    assert not assignment.existing
+    profile = ws.profiles[model_id]
+    view = ws.views[host_id]
+    disk = 0 if view.has_exact_artifact(profile) else (profile.artifact.size_mb or 0)
+    ws.ledgers[host_id].remove_new(model_id, assignment.memory_mb, disk)
+    return assignment

@@ -1,0 +1,167 @@
+"""How many replicas each model should have, and why.
+
+From the short-horizon forecast (``ModelDemand``) the target adds demand
+headroom over offered concurrency at the profile's target utilisation, asks
+for one replica beyond the ready set under queue, latency or error pressure,
+projects a rising trend across the fastest eligible load-plus-warm path
+(confidence-weighted, capped at the policy's horizon and multiplier), ignores
+falling trends, keeps recently ready replicas through the scale-down cooldown
+and respects the profile's bounds. Each replica gets a demand class: pinned,
+baseline, direct, then inferred-only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gridctl.domain import ControllerPolicy, DemandClass, ModelDemand, ModelProfile
+
+ERROR_PRESSURE_RATE = 0.05  # error share that counts as service harm on its own
+_EPSILON = 1e-9
+
+Harm = tuple[float, float, float, float, float]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaTarget:
+    """The target of one model: replica count, classes and the harm that orders ties."""
+
+    model_id: str
+    replicas: int
+    pinned: int
+    baseline: int
+    direct: int  # replicas below this index (and above baseline) are direct demand
+    reason: str
+    harm: Harm
+    performance_factor: float
+    offered_concurrency: float
+
+    def class_of(self, index: int) -> DemandClass:
+        if index < self.pinned:
+            return DemandClass.PINNED
+        if index < self.baseline:
+            return DemandClass.BASELINE
+        if index < self.direct:
+            return DemandClass.DIRECT
+        return DemandClass.INFERRED
+
+    @property
+    def first_class(self) -> DemandClass | None:
+        return self.class_of(0) if self.replicas > 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class FleetFacts:
+    """What the target needs to know about the fleet for one model."""
+
+    ready: int  # healthy ready replicas on eligible hosts
+    recent_ready: int  # of those, used or loaded within the scale-down cooldown
+    startup_seconds: float | None  # fastest eligible load-plus-warm path
+
+
+def lookahead_factor(
+    demand: ModelDemand, startup_seconds: float | None, policy: ControllerPolicy
+) -> float:
+    """Rate multiplier for a rising trend over the cold-start horizon (>= 1, <= the cap)."""
+    rate = demand.requests_per_minute
+    if demand.trend_per_minute <= 0 or rate <= 0 or startup_seconds is None:
+        return 1.0  # a negative trend never accelerates scale-down
+    horizon = min(startup_seconds, policy.lookahead_max_seconds)
+    confidence = min(1.0, max(0.0, demand.confidence))
+    projected = rate + demand.trend_per_minute * (horizon / 60.0) * confidence
+    return min(projected, rate * policy.lookahead_max_multiplier) / rate
+
+
+def direct_concurrency(profile: ModelProfile, demand: ModelDemand) -> float:
+    """Offered concurrency: arrival rate x measured service time + queued work."""
+    if demand.offered_concurrency > 0:
+        return demand.offered_concurrency
+    arrivals = demand.requests_per_minute / 60.0
+    return arrivals * profile.expected_service_seconds + demand.queue_depth
+
+
+def under_pressure(profile: ModelProfile, demand: ModelDemand) -> bool:
+    slo = profile.latency_slo_ms
+    slow = slo is not None and demand.p95_latency_ms is not None and demand.p95_latency_ms > slo
+    return demand.queue_depth > 0 or slow or demand.error_rate >= ERROR_PRESSURE_RATE
+
+
+def replicas_for(concurrency: float, per_replica: float, headroom: float) -> int:
+    if concurrency <= 0:
+        return 0
+    return max(1, math.ceil(concurrency * headroom / per_replica - _EPSILON))
+
+
+def harm_of(profile: ModelProfile, demand: ModelDemand | None) -> Harm:
+    """Attributable service harm, most telling first: queue, SLO ratio, errors, load, rate."""
+    if demand is None:
+        return (0.0, 0.0, 0.0, 0.0, 0.0)
+    ratio = 0.0
+    if profile.latency_slo_ms and demand.p95_latency_ms is not None:
+        ratio = demand.p95_latency_ms / profile.latency_slo_ms
+    rate = demand.requests_per_minute or demand.correlated_requests_per_minute
+    return (
+        demand.queue_depth,
+        ratio,
+        demand.error_rate,
+        direct_concurrency(profile, demand),
+        rate,
+    )
+
+
+def replica_target(
+    profile: ModelProfile,
+    demand: ModelDemand | None,
+    facts: FleetFacts,
+    policy: ControllerPolicy,
+) -> ReplicaTarget:
+    per_replica = max(_EPSILON, profile.replica_concurrency * profile.target_utilization)
+    reasons: list[str] = []
+    direct = 0
+    inferred = 0
+    concurrency = 0.0
+    if demand is not None:
+        concurrency = direct_concurrency(profile, demand) * lookahead_factor(
+            demand, facts.startup_seconds, policy
+        )
+        direct = replicas_for(concurrency, per_replica, policy.demand_headroom)
+        if direct:
+            reasons.append(f"offered concurrency {concurrency:.2f}")
+        if under_pressure(profile, demand) and direct < facts.ready + 1:
+            direct = facts.ready + 1
+            reasons.append("queue/latency/error pressure")
+        if demand.correlated_requests_per_minute > 0:
+            rate = demand.correlated_requests_per_minute
+            if demand.observed_peak_requests_per_minute > 0:
+                cap = demand.observed_peak_requests_per_minute
+                rate = min(rate, cap * policy.inferred_demand_peak_multiplier)
+            inferred_concurrency = rate / 60.0 * profile.expected_service_seconds
+            inferred = replicas_for(inferred_concurrency, per_replica, policy.demand_headroom)
+            if inferred > direct:
+                reasons.append("correlated demand")
+    if facts.recent_ready > direct:
+        direct = facts.recent_ready
+        reasons.append("scale-down cooldown")
+    wanted = max(direct, inferred, profile.min_replicas)
+    replicas = max(min(wanted, profile.max_replicas), profile.min_replicas)
+    if profile.min_replicas and profile.min_replicas >= wanted:
+        reasons.append(f"min_replicas {profile.min_replicas}")
+    if wanted > profile.max_replicas:
+        reasons.append(f"capped at max_replicas {profile.max_replicas}")
+    pinned = 0
+    if profile.pins:
+        pinned = replicas = len(profile.pins)
+        reasons = [f"pinned to {', '.join(profile.pins)}"]
+    factor = min(policy.performance_factor_max, max(1.0, concurrency / per_replica))
+    return ReplicaTarget(
+        model_id=profile.name,
+        replicas=replicas,
+        pinned=pinned,
+        baseline=max(pinned, min(profile.min_replicas, replicas)),
+        direct=max(pinned, min(max(direct, profile.min_replicas), replicas)),
+        reason="; ".join(reasons) if reasons else "no demand",
+        harm=harm_of(profile, demand),
+        performance_factor=factor,
+        offered_concurrency=concurrency,
+    )

@@ -1,0 +1,256 @@
+"""The state of one planning pass: inputs, indexes, ledgers and what was decided.
+
+Built once from the frozen inputs, a ``Workspace`` holds every index the
+filters and scorers need (host views, static eligibility per model, reciprocal
+colocation exclusions, incumbents per (model, host), memoised static scores)
+and the mutable books: per-host ledgers, assignments, staged preemptions, the
+eviction budget, shortfalls and explanations. It is private to one call of
+``plan_placement`` and never escapes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gridctl.domain import (
+    Assignment,
+    ControllerPolicy,
+    DemandClass,
+    FleetSnapshot,
+    ModelDemand,
+    ModelProfile,
+    Preemption,
+    UnsatisfiedCode,
+)
+from gridctl.planner.eligibility import compatible, static_rejection
+from gridctl.planner.explaining import ExplanationBook
+from gridctl.planner.host_views import SATISFYING_STATES, HostView, LiveResidency, build_host_view
+from gridctl.planner.ledgers import HostLedger
+from gridctl.planner.rejections import RejectionCode
+from gridctl.planner.runtimes import residency_runtime_matches
+from gridctl.planner.scoring import Components, FleetNorms, ScarcityIndex, static_components, total
+from gridctl.planner.targets import ReplicaTarget
+
+
+@dataclass(slots=True)
+class Shortfall:
+    """Accumulated missing replicas of one model under one code."""
+
+    missing: int
+    message: str
+    host_id: str | None = None
+
+
+class Workspace:
+    """Inputs, indexes and mutable books of one planning pass."""
+
+    def __init__(
+        self,
+        profiles: Sequence[ModelProfile],
+        snapshot: FleetSnapshot,
+        policy: ControllerPolicy,
+    ) -> None:
+        self.policy = policy
+        self.now = snapshot.now
+        self.profiles: dict[str, ModelProfile] = {p.name: p for p in sorted(profiles, key=_name)}
+        self.model_ids: tuple[str, ...] = tuple(self.profiles)
+        self.demand: dict[str, ModelDemand] = {d.model_id: d for d in snapshot.demand}
+        ordered_hosts = sorted(snapshot.hosts, key=lambda h: h.host_id)
+        self.views: dict[str, HostView] = {
+            h.host_id: build_host_view(h, self.profiles, self.now, policy) for h in ordered_hosts
+        }
+        self.host_ids: tuple[str, ...] = tuple(self.views)
+        self.ledgers: dict[str, HostLedger] = {k: HostLedger(v) for k, v in self.views.items()}
+        self.explain = ExplanationBook()
+        self.norms = FleetNorms.of(list(self.views.values()))
+        self.exclusions = _reciprocal_exclusions(self.profiles)
+        self.eligible: dict[str, tuple[str, ...]] = {}
+        self.eligible_set: dict[str, frozenset[str]] = {}
+        self.static_codes: dict[str, set[RejectionCode]] = {}
+        self.dead: dict[str, set[str]] = {}
+        self.compatible_count: dict[str, int] = {}
+        for model_id, profile in self.profiles.items():
+            eligible: list[str] = []
+            codes: set[RejectionCode] = set()
+            count = 0
+            for host_id, view in self.views.items():
+                rejection = static_rejection(profile, view)
+                if rejection is None:
+                    eligible.append(host_id)
+                else:
+                    codes.add(rejection.code)
+                    self.explain.reject(model_id, host_id, rejection)
+                if compatible(profile, view):
+                    count += 1
+            self.eligible[model_id] = tuple(eligible)
+            self.eligible_set[model_id] = frozenset(eligible)
+            self.static_codes[model_id] = codes
+            self.compatible_count[model_id] = count
+        self.live_violations: dict[str, str] = {
+            host_id: found
+            for host_id, view in self.views.items()
+            if (found := _colocation_breach(view.live_models, self.profiles, self.exclusions))
+        }
+        self.targets: dict[str, ReplicaTarget] = {}
+        self.scarcity: ScarcityIndex | None = None
+        self.assignments: dict[str, dict[str, Assignment]] = {m: {} for m in self.model_ids}
+        self.domains: dict[str, dict[str, int]] = {m: {} for m in self.model_ids}
+        self.preemptions: dict[tuple[str, str], Preemption] = {}
+        self.shortfalls: dict[tuple[str, UnsatisfiedCode], Shortfall] = {}
+        self._static: dict[tuple[str, str], tuple[Components, float]] = {}
+        self._ordered: dict[str, tuple[str, ...]] = {}
+
+    # -- incumbents ----------------------------------------------------------
+    def incumbent(self, model_id: str, host_id: str) -> LiveResidency | None:
+        """A healthy live residency of exactly this profile's artifact and runtimes, if any."""
+        view = self.views[host_id]
+        if view.admission is not None:
+            return None  # the host fence excludes it from placement evidence
+        profile = self.profiles[model_id]
+        best: LiveResidency | None = None
+        for row in view.residencies_of(model_id):
+            r = row.residency
+            if r.state not in SATISFYING_STATES or not residency_runtime_matches(
+                profile, r, view.host
+            ):
+                continue
+            sha = profile.artifact.sha256
+            if sha is not None and r.artifact_sha256 != sha:
+                continue
+            if best is None or _state_rank(row) < _state_rank(best):
+                best = row
+        return best
+
+    def stale_resident(self, model_id: str, host_id: str) -> bool:
+        """A same-named residency whose artifact digest is missing or different."""
+        sha = self.profiles[model_id].artifact.sha256
+        if sha is None:
+            return False
+        return any(
+            row.residency.artifact_sha256 != sha
+            for row in self.views[host_id].residencies_of(model_id)
+        )
+
+    # -- scores --------------------------------------------------------------
+    def static_score(self, model_id: str, host_id: str) -> tuple[Components, float]:
+        key = (model_id, host_id)
+        found = self._static.get(key)
+        if found is None:
+            profile = self.profiles[model_id]
+            view = self.views[host_id]
+            target = self.targets[model_id]
+            need = 0.0
+            if self.scarcity is not None:
+                need = self.scarcity.need(host_id, len(self.eligible[model_id]))
+            parts = static_components(
+                profile,
+                view,
+                self.incumbent(model_id, host_id),
+                self.norms,
+                target.performance_factor,
+                need,
+                self.policy,
+            )
+            found = self._static[key] = (parts, total(parts))
+        return found
+
+    def ordered_hosts(self, model_id: str) -> tuple[str, ...]:
+        """Eligible hosts of a model, best static score first, then host id."""
+        found = self._ordered.get(model_id)
+        if found is None:
+            found = tuple(
+                sorted(
+                    self.eligible[model_id], key=lambda h: (-self.static_score(model_id, h)[1], h)
+                )
+            )
+            self._ordered[model_id] = found
+        return found
+
+    # -- books ---------------------------------------------------------------
+    def record_assignment(self, assignment: Assignment) -> None:
+        self.assignments[assignment.model_id][assignment.host_id] = assignment
+        domain = self.views[assignment.host_id].domain
+        used = self.domains[assignment.model_id]
+        used[domain] = used.get(domain, 0) + 1
+        self.explain.choose(assignment.model_id, assignment.host_id)
+
+    def remove_assignment(self, model_id: str, host_id: str) -> Assignment:
+        assignment = self.assignments[model_id].pop(host_id)
+        domain = self.views[host_id].domain
+        used = self.domains[model_id]
+        used[domain] -= 1
+        if not used[domain]:
+            del used[domain]
+        self.explain.unchoose(model_id, host_id)
+        return assignment
+
+    def placed(self, model_id: str) -> int:
+        return len(self.assignments[model_id])
+
+    def required_domains(self, model_id: str) -> int:
+        return min(self.profiles[model_id].min_failure_domains, self.targets[model_id].replicas)
+
+    def needs_new_domain(self, model_id: str) -> bool:
+        return len(self.domains[model_id]) < self.required_domains(model_id)
+
+    def evictions_left(self) -> int:
+        return self.policy.max_evictions_per_plan - len(self.preemptions)
+
+    def add_shortfall(
+        self,
+        model_id: str,
+        code: UnsatisfiedCode,
+        message: str,
+        host_id: str | None = None,
+        missing: int = 1,
+    ) -> None:
+        key = (model_id, code)
+        found = self.shortfalls.get(key)
+        if found is None:
+            self.shortfalls[key] = Shortfall(missing, message, host_id)
+        else:
+            found.missing += missing
+
+    def demand_class_of(self, model_id: str, index: int) -> DemandClass:
+        return self.targets[model_id].class_of(index)
+
+    def priority(self, model_id: str) -> int:
+        return self.profiles[model_id].priority
+
+
+def _name(profile: ModelProfile) -> str:
+    return profile.name
+
+
+def _state_rank(row: LiveResidency) -> tuple[int, int]:
+    order = {"ready": 0, "warming": 1, "loading": 2}
+    return (order.get(row.residency.state.value, 3), row.memory_mb)
+
+
+def _reciprocal_exclusions(profiles: dict[str, ModelProfile]) -> dict[str, frozenset[str]]:
+    """Exclusions declared by either side apply to both."""
+    pairs: dict[str, set[str]] = {}
+    for name, profile in profiles.items():
+        for other in profile.colocation_excludes:
+            if other == name:
+                continue
+            pairs.setdefault(name, set()).add(other)
+            pairs.setdefault(other, set()).add(name)
+    return {k: frozenset(v) for k, v in pairs.items()}
+
+
+def _colocation_breach(
+    members: frozenset[str],
+    profiles: dict[str, ModelProfile],
+    exclusions: dict[str, frozenset[str]],
+) -> str:
+    """A colocation rule the live models on one host already break, or ""."""
+    for name in sorted(members):
+        clash = sorted(exclusions.get(name, frozenset()) & members)
+        if clash:
+            return f"{name} and {clash[0]} are live together"
+        profile = profiles.get(name)
+        if profile is not None and 0 < profile.max_colocated_models < len(members):
+            return f"{len(members)} live models exceed {name}'s ceiling"
+    return ""
