@@ -389,11 +389,25 @@ class HostActuator:
             if not record.has_process:
                 return Outcome("child already gone")
             record = self._set(record, state=ResidencyState.UNLOADING, message="unloading")
-            self._stop_and_release(record, "unloaded")
-        row = self.store.residency(req.model_id)
-        if row is not None and row.fenced:
-            raise ActionFailure("stop_failed", f"pid {record.pid} did not stop")
+        gone = self._stop_outside_lock(record)
+        if not gone:
+            raise ActionFailure("stop_failed", f"pid {record.pid} did not stop or is unproven")
         return Outcome("unloaded" + (" (forced)" if req.force else ""))
+
+    def _stop_outside_lock(self, record: ResidencyRecord) -> bool:
+        """Stop a child without blocking heartbeats, then commit the result under the lock."""
+        gone = record.identity is not None and self.runtime.stop(
+            record.identity, grace=self.stop_grace
+        )
+        with self._lock:
+            current = self.store.residency(record.model_id) or record
+            if current.pid != record.pid:
+                return gone
+            if gone:
+                self._released(current, ResidencyState.CACHED, "unloaded")
+            else:
+                self._fence(current, "stop_failed: identity unproven or process survived")
+        return gone
 
     def _stop_and_release(
         self,
@@ -498,6 +512,7 @@ class HostActuator:
                 current = self.store.residency(record.model_id)
                 if current is None or current.pid != record.pid:
                     continue
-                self._stop_and_release(current, "node stopped")
-                notes.append(f"{record.model_id}: stopped pid {record.pid}")
+                current = self._set(current, state=ResidencyState.UNLOADING, message="node stop")
+            stopped = self._stop_outside_lock(current)
+            notes.append(f"{record.model_id}: pid {record.pid} {'stopped' if stopped else 'kept'}")
         return notes

@@ -410,6 +410,11 @@ class NodeStateStore:
                     (action_id, statuses[action_id]),
                 )
 
+    def mark_unacked(self, action_id: str) -> None:
+        """Send a receipt again (the controller redelivered its command)."""
+        with self._write() as conn:
+            conn.execute("UPDATE receipts SET acked = 0 WHERE action_id = ?", (action_id,))
+
     # --- local override ---------------------------------------------------------------
 
     def override(self) -> Override | None:

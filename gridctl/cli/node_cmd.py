@@ -1,0 +1,430 @@
+"""``gridctl node start|stop|status|drain|pause|quarantine|resume``.
+
+``start`` runs the node daemon (detached unless ``--foreground``) and, when
+detached, waits for the instance it started to register. ``stop`` proves the
+daemon's identity (pid, process birth time, argv with its instance id) before
+any signal, waits for its graceful drain, and never signals what it cannot
+prove. ``drain``/``pause``/``quarantine``/``resume`` write a durable local
+override into the state directory; the running daemon reports it as the host
+state at its next heartbeat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from gridctl.errors import GridctlError
+from gridctl.node import overrides
+from gridctl.node.actuator import PortRange
+from gridctl.node.agent import AGENT_STATUS_META
+from gridctl.node.daemon import (
+    DATABASE,
+    NodeConfig,
+    daemon_identity,
+    read_daemon_record,
+    run_daemon,
+)
+from gridctl.node.processes import Liveness, check_identity, signal_proven, stop_proven
+from gridctl.node.runtimes.llamacpp import EngineSettings
+from gridctl.node.statestore import NodeStateStore
+
+
+def default_state_dir() -> Path:
+    override = os.environ.get("GRIDCTL_NODE_STATE")
+    if override:
+        return Path(override)
+    return Path.home() / ".local" / "state" / "gridctl" / "node"
+
+
+def _state_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="node state directory (default: $GRIDCTL_NODE_STATE or ~/.local/state/gridctl/node)",
+    )
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    node = sub.add_parser("node", help="run and control this machine's node daemon")
+    node_sub = node.add_subparsers(dest="node_command", metavar="SUBCOMMAND")
+
+    start = node_sub.add_parser("start", help="start the node daemon")
+    start.add_argument("--controller", required=True, help="controller base URL")
+    start.add_argument("--token-file", type=Path, required=True, help="owner-only credential")
+    start.add_argument("--host-id", required=True, help="stable id of this host")
+    _state_arg(start)
+    start.add_argument("--capacity-mb", type=int, default=None, help="model memory (MB)")
+    start.add_argument("--reserved-mb", type=int, default=0, help="memory kept for the host")
+    start.add_argument("--external-mb", type=int, default=None, help="fixed external use (MB)")
+    start.add_argument("--failure-domain", default="default")
+    start.add_argument("--tags", default="", help="comma-separated host tags")
+    start.add_argument("--port-range", default="23000-23099", help="ports for engine children")
+    start.add_argument("--heartbeat-seconds", type=float, default=5.0)
+    start.add_argument("--engine-threads", type=int, default=2)
+    start.add_argument("--engine-ctx", type=int, default=2048)
+    start.add_argument("--engine-parallel", type=int, default=2)
+    start.add_argument("--llama-server", type=Path, default=None, help="llama-server binary")
+    start.add_argument("--artifact-dir", type=Path, default=None, help="artifact cache")
+    start.add_argument("--stop-idle-seconds", type=float, default=30.0)
+    start.add_argument("--foreground", action="store_true", help="run in this process")
+    start.add_argument("--start-timeout", type=float, default=60.0)
+    start.add_argument("--instance-id", default=None, help=argparse.SUPPRESS)
+    start.set_defaults(func=run_start)
+
+    stop = node_sub.add_parser("stop", help="drain and stop the daemon and its children")
+    _state_arg(stop)
+    stop.add_argument("--timeout", type=float, default=90.0, help="graceful stop deadline")
+    stop.set_defaults(func=run_stop)
+
+    status = node_sub.add_parser("status", help="show the node's state")
+    _state_arg(status)
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=run_status)
+
+    for kind, text in (
+        ("drain", "stop new work here; existing work may finish"),
+        ("pause", "reclaim this machine: no new work"),
+        ("quarantine", "fence this host until explicitly resumed"),
+    ):
+        cmd = node_sub.add_parser(kind, help=text)
+        _state_arg(cmd)
+        cmd.add_argument("--reason", default="", help="why (shown in status)")
+        cmd.add_argument("--for-seconds", type=float, default=None, help="expire automatically")
+        cmd.set_defaults(func=run_override, override=kind)
+    resume = node_sub.add_parser("resume", help="clear the local override")
+    _state_arg(resume)
+    resume.set_defaults(func=run_resume)
+
+    def show_help(_args: argparse.Namespace) -> int:
+        node.print_help()
+        return 2
+
+    node.set_defaults(func=show_help)
+
+
+def _state_dir(args: argparse.Namespace) -> Path:
+    return Path(args.state_dir or default_state_dir()).absolute()
+
+
+# --- start ------------------------------------------------------------------------------
+
+
+def _config(args: argparse.Namespace) -> NodeConfig:
+    return NodeConfig(
+        host_id=args.host_id,
+        controller_url=args.controller,
+        token_file=args.token_file.absolute(),
+        state_dir=_state_dir(args),
+        capacity_mb=args.capacity_mb,
+        reserved_mb=args.reserved_mb,
+        failure_domain=args.failure_domain,
+        tags=tuple(t.strip() for t in args.tags.split(",") if t.strip()),
+        port_range=PortRange.parse(args.port_range),
+        external_mb=args.external_mb,
+        heartbeat_seconds=args.heartbeat_seconds,
+        engine=EngineSettings(
+            threads=args.engine_threads, ctx_size=args.engine_ctx, parallel=args.engine_parallel
+        ),
+        stop_idle_timeout=args.stop_idle_seconds,
+        binary=args.llama_server,
+        artifact_dir=args.artifact_dir,
+    )
+
+
+def run_start(args: argparse.Namespace) -> int:
+    try:
+        config = _config(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if args.foreground:
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+        try:
+            return run_daemon(config, instance_id=args.instance_id or secrets.token_hex(8))
+        except GridctlError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+    return _start_detached(args, config)
+
+
+def _start_detached(args: argparse.Namespace, config: NodeConfig) -> int:
+    instance_id = secrets.token_hex(8)
+    argv = [sys.executable, "-m", "gridctl", "node", "start", *_start_flags(args)]
+    argv += ["--foreground", "--instance-id", instance_id]
+    log_dir = config.state_dir / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with open(log_dir / "daemon.log", "ab") as log:
+        child = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
+    deadline = time.monotonic() + args.start_timeout
+    while time.monotonic() < deadline:
+        if child.poll() is not None:
+            print(f"error: node daemon exited with {child.returncode}; see {log_dir}/daemon.log")
+            return 1
+        status = _agent_status(config.state_dir)
+        if status.get("instance_id") == instance_id and status.get("registered"):
+            print(
+                f"node {config.host_id} started (pid {child.pid}), registered with "
+                f"{config.controller_url}"
+            )
+            return 0
+        time.sleep(0.2)
+    print(
+        f"error: node daemon (pid {child.pid}) did not register within {args.start_timeout:.0f}s; "
+        f"it keeps retrying; see {log_dir}/daemon.log",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def _start_flags(args: argparse.Namespace) -> list[str]:
+    flags = [
+        "--controller",
+        args.controller,
+        "--token-file",
+        str(args.token_file.absolute()),
+        "--host-id",
+        args.host_id,
+        "--state-dir",
+        str(_state_dir(args)),
+        "--port-range",
+        args.port_range,
+        "--failure-domain",
+        args.failure_domain,
+        "--reserved-mb",
+        str(args.reserved_mb),
+        "--heartbeat-seconds",
+        str(args.heartbeat_seconds),
+        "--engine-threads",
+        str(args.engine_threads),
+        "--engine-ctx",
+        str(args.engine_ctx),
+        "--engine-parallel",
+        str(args.engine_parallel),
+        "--stop-idle-seconds",
+        str(args.stop_idle_seconds),
+    ]
+    if args.tags:
+        flags += ["--tags", args.tags]
+    for name, value in (
+        ("--capacity-mb", args.capacity_mb),
+        ("--external-mb", args.external_mb),
+        ("--llama-server", args.llama_server),
+        ("--artifact-dir", args.artifact_dir),
+    ):
+        if value is not None:
+            flags += [name, str(value)]
+    return flags
+
+
+# --- stop -------------------------------------------------------------------------------
+
+
+def run_stop(args: argparse.Namespace) -> int:
+    state_dir = _state_dir(args)
+    record = read_daemon_record(state_dir)
+    code = 0
+    if record is not None:
+        identity = daemon_identity(record)
+        if identity is None:
+            print(
+                f"error: {state_dir}/daemon.json cannot prove a daemon identity; inspect manually"
+            )
+            return 1
+        liveness = check_identity(identity)
+        if liveness is Liveness.UNPROVEN:
+            print(f"error: pid {identity.pid} is not the recorded daemon; not signalling it")
+            return 1
+        if liveness is Liveness.PROVEN:
+            print(f"stopping node daemon pid {identity.pid} (draining children)")
+            signal_proven(identity, signal.SIGTERM)
+            if not _wait_gone(identity, args.timeout):
+                print(f"daemon pid {identity.pid} still running after {args.timeout:.0f}s; SIGKILL")
+                signal_proven(identity, signal.SIGKILL)
+                code = 1 if not _wait_gone(identity, 10.0) else 0
+    # whatever the daemon left behind (it was killed, or is not running): stop proven children
+    if (state_dir / DATABASE).exists():
+        store = NodeStateStore(state_dir / DATABASE)
+        try:
+            for residency in store.residencies():
+                if residency.identity is None or residency.fenced:
+                    continue
+                if stop_proven(residency.identity, grace=10.0):
+                    print(f"stopped {residency.model_id} child pid {residency.pid}")
+                else:
+                    print(f"left pid {residency.pid} alone: identity not proven")
+        finally:
+            store.close()
+    print("node stopped" if code == 0 else "node stop incomplete")
+    return code
+
+
+def _wait_gone(identity: Any, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check_identity(identity) is Liveness.DEAD:
+            return True
+        time.sleep(0.1)
+    return check_identity(identity) is Liveness.DEAD
+
+
+# --- status -----------------------------------------------------------------------------
+
+
+def _agent_status(state_dir: Path) -> dict[str, Any]:
+    if not (state_dir / DATABASE).exists():
+        return {}
+    store = NodeStateStore(state_dir / DATABASE)
+    try:
+        raw = store.get_meta(AGENT_STATUS_META)
+    finally:
+        store.close()
+    try:
+        data = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def status_document(state_dir: Path, now: float) -> dict[str, Any]:
+    """Everything ``node status`` shows, without any secret."""
+    record = read_daemon_record(state_dir)
+    identity = daemon_identity(record) if record else None
+    running = identity is not None and check_identity(identity) is Liveness.PROVEN
+    store = NodeStateStore(state_dir / DATABASE)
+    try:
+        override = store.override()
+        agent = json.loads(store.get_meta(AGENT_STATUS_META) or "{}")
+        doc: dict[str, Any] = {
+            "host_id": store.get_meta("host_id"),
+            "state_dir": str(state_dir),
+            "daemon": {
+                "running": running,
+                "pid": identity.pid if identity else None,
+                "instance_id": record.get("instance_id") if record else None,
+            },
+            "host_state": overrides.host_state(override, now).value,
+            "override": overrides.describe(override, now),
+            "agent": agent if running else {**agent, "registered": False},
+            "residencies": [
+                {
+                    "model_id": r.model_id,
+                    "state": r.state.value,
+                    "memory_mb": r.memory_mb,
+                    "artifact_sha256": r.artifact_sha256,
+                    "pid": r.pid,
+                    "port": r.port,
+                    "fenced": r.fenced,
+                    "active_requests": r.active_requests,
+                    "loaded_age_seconds": None
+                    if r.loaded_at is None
+                    else round(max(0.0, now - r.loaded_at), 1),
+                    "message": r.message,
+                }
+                for r in store.residencies()
+            ],
+            "cached_models": [
+                {"model_id": c.model_id, "artifact_sha256": c.sha256, "size_bytes": c.size_bytes}
+                for c in store.cached_artifacts()
+            ],
+            "recent_receipts": [
+                {
+                    "action_id": r.action_id,
+                    "kind": r.kind,
+                    "model_id": r.model_id,
+                    "status": r.status,
+                    "reason": r.reason,
+                    "duration_seconds": r.duration_seconds,
+                    "acked": r.acked,
+                }
+                for r in store.receipts(limit=10)
+            ],
+            "warnings": store.warnings,
+        }
+    finally:
+        store.close()
+    return doc
+
+
+def run_status(args: argparse.Namespace) -> int:
+    state_dir = _state_dir(args)
+    if not (state_dir / DATABASE).exists():
+        print(f"error: no node state in {state_dir}", file=sys.stderr)
+        return 1
+    doc = status_document(state_dir, time.time())
+    if args.json:
+        print(json.dumps(doc, indent=2, sort_keys=True))
+        return 0
+    daemon = doc["daemon"]
+    running = f"running (pid {daemon['pid']})" if daemon["running"] else "not running"
+    print(f"node {doc['host_id']}: {running}, host state {doc['host_state']}")
+    if doc["override"]:
+        o = doc["override"]
+        expiry = f", expires in {o['expires_in_seconds']}s" if o["expires_at"] else ""
+        print(f"  override: {o['kind']} ({o['reason'] or 'no reason'}{expiry})")
+    agent = doc["agent"]
+    if agent:
+        print(
+            f"  controller {agent.get('controller')}: registered={agent.get('registered')} "
+            f"heartbeats={agent.get('heartbeats')} last_error={agent.get('last_error')}"
+        )
+    for r in doc["residencies"]:
+        where = f" pid {r['pid']} port {r['port']}" if r["pid"] else ""
+        fenced = " FENCED" if r["fenced"] else ""
+        print(f"  {r['model_id']}: {r['state']}{where}{fenced} {r['message']}")
+    for warning in doc["warnings"]:
+        print(f"  warning: {warning}")
+    return 0
+
+
+# --- overrides --------------------------------------------------------------------------
+
+
+def run_override(args: argparse.Namespace) -> int:
+    state_dir = _state_dir(args)
+    try:
+        override = overrides.make_override(
+            args.override, args.reason, now=time.time(), for_seconds=args.for_seconds
+        )
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    state_dir.mkdir(parents=True, exist_ok=True)
+    store = NodeStateStore(state_dir / DATABASE)
+    try:
+        store.set_override(override)
+    finally:
+        store.close()
+    until = f" for {args.for_seconds:.0f}s" if args.for_seconds else " until resumed"
+    print(f"host state {overrides.OVERRIDE_STATES[args.override].value}{until}")
+    return 0
+
+
+def run_resume(args: argparse.Namespace) -> int:
+    state_dir = _state_dir(args)
+    store = NodeStateStore(state_dir / DATABASE)
+    try:
+        store.set_override(None)
+    finally:
+        store.close()
+    print("host state accepting (override cleared)")
+    return 0

@@ -1,0 +1,296 @@
+"""The agent loop: register, heartbeat, take commands, acknowledge them.
+
+Protocol (one cycle every ``heartbeat_seconds``, sooner after an action ends):
+
+1. ``PUT /nodes/{host_id}`` — registration, on start and whenever the
+   controller no longer knows the host;
+2. ``POST /nodes/{host_id}/heartbeat`` with ``request_commands: false`` — the
+   lease heartbeat: fresh residencies, resources, host state and every
+   unacknowledged receipt; it returns at once;
+3. the same with ``request_commands: true`` — the control heartbeat, sent only
+   while the executor is idle; its commands go through intake and the executor.
+
+Every request carries the host-scoped credential in ``X-Grid-Allocator-Node-Token``;
+the loop refuses to send it over plain HTTP to anything but loopback. A receipt
+is marked acknowledged only after a 2xx response, so an ack lost in transit is
+sent again (duplicates are harmless to the controller).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlparse
+
+import httpx
+
+from gridctl.credentials import NODE_TOKEN_HEADER
+from gridctl.domain.states import HostState
+from gridctl.errors import PermanentError, TransientError
+from gridctl.node import overrides, reports
+from gridctl.node.actuator import HostActuator
+from gridctl.node.executor import CommandExecutor
+from gridctl.node.intake import CommandIntake
+from gridctl.node.records import ResidencyRecord
+from gridctl.node.reports import HostFacts, ResourceSample
+from gridctl.node.sampling import sample_resources
+
+log = logging.getLogger("gridctl.node")
+
+AGENT_STATUS_META = "agent_status"
+
+
+def require_safe_controller_url(url: str) -> None:
+    """Refuse to send a credential over plain HTTP to anything but loopback."""
+    parsed = urlparse(url)
+    if parsed.scheme == "https":
+        return
+    if parsed.scheme != "http":
+        raise PermanentError(f"controller URL must be http(s): {url}")
+    host = parsed.hostname or ""
+    if host == "localhost":
+        return
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return
+    except ValueError:
+        pass
+    raise PermanentError(f"refusing to send node credentials over plain HTTP to {host}")
+
+
+class NodeAgent:
+    """Talks to the controller on behalf of one host."""
+
+    def __init__(
+        self,
+        *,
+        facts: HostFacts,
+        actuator: HostActuator,
+        executor: CommandExecutor,
+        intake: CommandIntake,
+        controller_url: str,
+        token: Callable[[], str],
+        engine_api_key: str,
+        heartbeat_seconds: float = 5.0,
+        transport: httpx.BaseTransport | None = None,
+        request_timeout: float = 30.0,
+        sample: Callable[[list[ResidencyRecord]], ResourceSample] | None = None,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        instance_id: str = "",
+    ) -> None:
+        require_safe_controller_url(controller_url)
+        self.facts, self.actuator, self.executor, self.intake = facts, actuator, executor, intake
+        self.store = actuator.store
+        self.base_url = controller_url.rstrip("/")
+        self._token = token
+        self._engine_api_key = engine_api_key
+        self.heartbeat_seconds = heartbeat_seconds
+        self.clock, self.monotonic = clock, monotonic
+        self._sample = sample or (lambda records: sample_resources(actuator.cache.root, records))
+        self._client = httpx.Client(timeout=request_timeout, transport=transport)
+        self.registered = False
+        self.stopping = False
+        self.status: dict[str, Any] = {
+            "instance_id": instance_id,
+            "controller": self.base_url,
+            "registered": False,
+            "heartbeats": 0,
+            "commands_admitted": 0,
+            "last_heartbeat_at": None,
+            "last_error": None,
+        }
+
+    def close(self) -> None:
+        self._client.close()
+
+    # --- host state and reports -------------------------------------------------------
+
+    def host_state(self) -> HostState:
+        if self.stopping:
+            return HostState.DRAINING
+        now = self.clock()
+        current = self.store.override()
+        if current is not None and overrides.in_force(current, now) is None:
+            self.store.set_override(None)  # expired: clear it durably
+            current = None
+        return overrides.host_state(current, now)
+
+    def _endpoint_of(self, record: ResidencyRecord) -> str | None:
+        if record.port is None or not self.actuator.healthy_now(record):
+            return None
+        return self.actuator.runtime.endpoint(record.port)
+
+    def _report_parts(self) -> tuple[ResourceSample, dict[str, object], list[ResidencyRecord]]:
+        records = self.store.residencies()
+        envelope = reports.allocator_envelope(
+            self.host_state(),
+            records,
+            self.store.cached_artifacts(),
+            self.clock(),
+            endpoint_of=self._endpoint_of,
+            engine_api_key=self._engine_api_key,
+            max_concurrency=self.actuator.runtime.settings.parallel,
+        )
+        return self._sample(records), envelope, records
+
+    # --- HTTP -------------------------------------------------------------------------
+
+    def _send(self, method: str, path: str, body: dict[str, object]) -> httpx.Response:
+        try:
+            return self._client.request(
+                method,
+                f"{self.base_url}{path}",
+                json=body,
+                headers={NODE_TOKEN_HEADER: self._token()},
+            )
+        except httpx.HTTPError as exc:
+            raise TransientError(f"controller unreachable: {type(exc).__name__}", 2.0) from exc
+
+    @staticmethod
+    def _refused(response: httpx.Response) -> str:
+        try:
+            detail = json.dumps(response.json())[:300]
+        except ValueError:
+            detail = response.text[:300]
+        return f"HTTP {response.status_code}: {detail}"
+
+    def register(self) -> None:
+        sample, envelope, records = self._report_parts()
+        body = reports.registration(self.facts, sample, envelope, reports.ready_models(records))
+        response = self._send("PUT", f"/nodes/{self.facts.host_id}", body)
+        if response.status_code in (401, 403):
+            raise PermanentError(f"registration refused: {self._refused(response)}")
+        if not response.is_success:
+            raise TransientError(f"registration failed: {self._refused(response)}", 2.0)
+        self.registered = True
+        self.status["registered"] = True
+        self.status["registered_at"] = self.clock()
+
+    def heartbeat(self, *, request_commands: bool) -> dict[str, Any]:
+        sample, envelope, _records = self._report_parts()
+        pending = self.store.receipts(unacked_only=True, limit=1024)
+        body = reports.heartbeat(
+            self.facts,
+            sample,
+            envelope,
+            receipts=pending,
+            request_commands=request_commands,
+            active_tasks=0 if self.executor.idle else 1,
+            queue_depth=0,
+        )
+        sent = self.monotonic()
+        response = self._send("POST", f"/nodes/{self.facts.host_id}/heartbeat", body)
+        duration = self.monotonic() - sent
+        if response.status_code in (401, 403):
+            raise PermanentError(f"heartbeat refused: {self._refused(response)}")
+        if response.status_code in (404, 409) or (
+            response.status_code == 400 and "not registered" in response.text
+        ):
+            self.registered = False
+            raise TransientError(f"controller forgot this host: {self._refused(response)}", 0.1)
+        if not response.is_success:
+            raise TransientError(f"heartbeat failed: {self._refused(response)}", 2.0)
+        self.store.mark_acked(
+            [r.action_id for r in pending], {r.action_id: r.status for r in pending}
+        )
+        self.status["heartbeats"] += 1
+        self.status["last_heartbeat_at"] = self.clock()
+        try:
+            answer = response.json()
+        except ValueError:
+            answer = {}
+        answer = answer if isinstance(answer, dict) else {}
+        self._absorb(answer, request_commands=request_commands, duration=duration)
+        return answer
+
+    def _absorb(self, answer: dict[str, Any], *, request_commands: bool, duration: float) -> None:
+        marks = answer.get("model_last_used_at")
+        if isinstance(marks, dict):
+            clean = {
+                str(k): float(v)
+                for k, v in marks.items()
+                if isinstance(v, int | float) and not isinstance(v, bool)
+            }
+            if clean:
+                self.store.raise_last_used_watermarks(clean)
+        if not request_commands:
+            return  # a lease heartbeat never consumes commands
+        allocator = answer.get("allocator")
+        if not isinstance(allocator, dict):
+            return
+        ttl = allocator.get("controller_lease_ttl_seconds")
+        remaining = (
+            float(ttl) if isinstance(ttl, int | float) and not isinstance(ttl, bool) else None
+        )
+        commands = allocator.get("commands")
+        for command in commands if isinstance(commands, list) else []:
+            if not isinstance(command, dict):
+                continue
+            admitted = self.intake.admit(
+                command, remaining_ttl=remaining, request_duration=duration
+            )
+            if admitted is not None:
+                self.status["commands_admitted"] += 1
+                self.executor.submit(admitted)
+
+    # --- the loop ---------------------------------------------------------------------
+
+    def cycle(self) -> None:
+        """One round: health probes, registration if needed, lease then control heartbeat."""
+        self.actuator.refresh()
+        if not self.registered:
+            self.register()
+        self.heartbeat(request_commands=False)
+        if self.executor.idle and not self.stopping:
+            self.heartbeat(request_commands=True)
+
+    def run(self, stop: threading.Event) -> None:
+        """Cycle until ``stop`` is set; errors are logged and retried with backoff."""
+        backoff = 0.0
+        while not stop.is_set():
+            try:
+                self.cycle()
+                self.status["last_error"] = None
+                backoff = 0.0
+                wait = self.heartbeat_seconds
+            except TransientError as exc:
+                self.status["last_error"] = str(exc)
+                log.warning("%s", exc)
+                backoff = min(max(exc.retry_after, backoff * 2 or 0.5), 30.0)
+                wait = backoff
+            except PermanentError as exc:
+                self.status["last_error"] = str(exc)
+                log.error("%s", exc)
+                wait = 30.0
+            self._publish_status()
+            self._wait(stop, wait)
+
+    def _wait(self, stop: threading.Event, seconds: float) -> None:
+        """Sleep until the next cycle, waking early when an action finishes or on stop."""
+        deadline = self.monotonic() + seconds
+        was_idle = self.executor.idle
+        while not stop.is_set() and self.monotonic() < deadline:
+            if self.executor.idle != was_idle or self.executor.changed.is_set():
+                self.executor.changed.clear()
+                return
+            stop.wait(0.05)
+
+    def _publish_status(self) -> None:
+        self.status["running_action"] = self.executor.running_action
+        self.status["updated_at"] = self.clock()
+        self.store.set_meta(AGENT_STATUS_META, json.dumps(self.status, sort_keys=True))
+
+    def final_heartbeat(self) -> None:
+        """Tell the controller what stopping left behind (best effort)."""
+        try:
+            self.heartbeat(request_commands=False)
+        except (TransientError, PermanentError) as exc:
+            log.warning("final heartbeat: %s", exc)
+        self.status["registered"] = False
+        self._publish_status()

@@ -1,0 +1,252 @@
+"""The node daemon process: assembly, single-instance lock, identity record, clean stop.
+
+``run_daemon`` wires the store, artifact cache, runtime adapter, actuator,
+intake, executor and agent for one state directory, adopts or fences surviving
+children, and runs the agent loop until SIGTERM/SIGINT. Stopping drains: the
+host reports ``draining``, queued work is cancelled, every proven child gets a
+bounded wait for idle slots and is stopped, and a last heartbeat reports it.
+
+The daemon publishes ``daemon.json`` (pid, process birth time, executable, exact
+argv and a unique instance id) so ``gridctl node stop`` can prove whom it is
+about to signal. A ``flock`` on ``daemon.lock`` keeps two daemons off one state
+directory.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+import httpx
+import psutil
+
+from gridctl.credentials import read_node_credential
+from gridctl.errors import PermanentError
+from gridctl.node.actuator import HostActuator, MemoryLimits, PortRange
+from gridctl.node.agent import NodeAgent
+from gridctl.node.artifacts import ArtifactCache
+from gridctl.node.enginekey import ensure_engine_key
+from gridctl.node.executor import CommandExecutor
+from gridctl.node.intake import CommandIntake
+from gridctl.node.processes import observe_identity
+from gridctl.node.records import ProcessIdentity
+from gridctl.node.reports import HostFacts
+from gridctl.node.runtimes.llamacpp import EngineSettings, LlamaCppRuntime, default_binary
+from gridctl.node.statestore import NodeStateStore
+
+log = logging.getLogger("gridctl.node")
+
+DATABASE = "node.sqlite3"
+DAEMON_RECORD = "daemon.json"
+LOCK_FILE = "daemon.lock"
+ARTIFACTS = "artifacts"
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """Everything ``gridctl node start`` was told."""
+
+    host_id: str
+    controller_url: str
+    token_file: Path
+    state_dir: Path
+    capacity_mb: int | None = None  # None = the machine's physical memory
+    reserved_mb: int = 0
+    failure_domain: str = "default"
+    tags: tuple[str, ...] = ()
+    port_range: PortRange = field(default_factory=lambda: PortRange(23000, 23099))
+    external_mb: int | None = None
+    heartbeat_seconds: float = 5.0
+    engine: EngineSettings = field(default_factory=EngineSettings)
+    stop_idle_timeout: float = 30.0
+    unload_idle_timeout: float = 30.0
+    binary: Path | None = None
+    artifact_dir: Path | None = None  # default: <state_dir>/artifacts
+
+    def facts(self) -> HostFacts:
+        capacity = self.capacity_mb
+        if capacity is None:
+            capacity = int(psutil.virtual_memory().total // (1024 * 1024))
+        return HostFacts(
+            host_id=self.host_id,
+            capacity_mb=capacity,
+            reserved_mb=self.reserved_mb,
+            failure_domain=self.failure_domain,
+            tags=self.tags,
+            external_mb=self.external_mb,
+        )
+
+
+@dataclass
+class NodeParts:
+    store: NodeStateStore
+    actuator: HostActuator
+    executor: CommandExecutor
+    intake: CommandIntake
+    agent: NodeAgent
+
+
+def open_store(state_dir: Path) -> NodeStateStore:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    state_dir.chmod(0o700)
+    return NodeStateStore(state_dir / DATABASE)
+
+
+def build_node(
+    config: NodeConfig, *, instance_id: str = "", transport: httpx.BaseTransport | None = None
+) -> NodeParts:
+    """Assemble a node from its configuration (no thread started, nothing recovered)."""
+    store = open_store(config.state_dir)
+    store.bind_host(config.host_id)
+    api_key, key_file = ensure_engine_key(store, config.state_dir)
+    facts = config.facts()
+    runtime = LlamaCppRuntime(
+        binary=config.binary or default_binary(),
+        key_file=key_file,
+        api_key=api_key,
+        log_dir=config.state_dir / "logs",
+        settings=config.engine,
+    )
+    cache = ArtifactCache(config.artifact_dir or config.state_dir / ARTIFACTS, store)
+    actuator = HostActuator(
+        store=store,
+        cache=cache,
+        runtime=runtime,
+        ports=config.port_range,
+        limits=MemoryLimits(facts.capacity_mb, facts.reserved_mb),
+        unload_idle_timeout=config.unload_idle_timeout,
+    )
+    agent_ref: list[NodeAgent] = []
+    executor = CommandExecutor(actuator, lambda: agent_ref[0].host_state())
+    intake = CommandIntake(store, config.host_id)
+    token_file = config.token_file
+    read_node_credential(token_file)  # fail fast on a missing or group-readable file
+    agent = NodeAgent(
+        facts=facts,
+        actuator=actuator,
+        executor=executor,
+        intake=intake,
+        controller_url=config.controller_url,
+        token=lambda: read_node_credential(token_file),
+        engine_api_key=api_key,
+        heartbeat_seconds=config.heartbeat_seconds,
+        transport=transport,
+        instance_id=instance_id,
+    )
+    agent_ref.append(agent)
+    return NodeParts(store, actuator, executor, intake, agent)
+
+
+@contextmanager
+def instance_lock(state_dir: Path) -> Iterator[None]:
+    """Hold the state directory's daemon lock, or fail if another daemon holds it."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(state_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            raise PermanentError(f"another node daemon is running on {state_dir}") from exc
+        yield
+    finally:
+        os.close(fd)
+
+
+def write_daemon_record(state_dir: Path, instance_id: str) -> ProcessIdentity:
+    identity = observe_identity(os.getpid())
+    if identity is None:  # pragma: no cover - we are alive by definition
+        raise PermanentError("cannot read this process's identity")
+    record = {
+        "pid": identity.pid,
+        "create_time": identity.create_time,
+        "executable": identity.executable,
+        "cmdline": list(identity.cmdline),
+        "instance_id": instance_id,
+        "started_at": time.time(),
+    }
+    path = state_dir / DAEMON_RECORD
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(record, indent=2), encoding="utf-8")
+    tmp.chmod(0o600)
+    os.replace(tmp, path)
+    return identity
+
+
+def read_daemon_record(state_dir: Path) -> dict[str, object] | None:
+    try:
+        data = json.loads((state_dir / DAEMON_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def daemon_identity(record: dict[str, object]) -> ProcessIdentity | None:
+    """The identity a daemon record claims, or None if the record is not usable proof."""
+    try:
+        cmdline = record["cmdline"]
+        instance = str(record["instance_id"])
+        if not isinstance(cmdline, list) or not instance or instance not in cmdline:
+            return None  # a legacy or ambiguous record cannot prove anything
+        return ProcessIdentity(
+            pid=int(record["pid"]),  # type: ignore[call-overload]
+            create_time=float(record["create_time"]),  # type: ignore[arg-type]
+            executable=str(record["executable"]),
+            cmdline=tuple(str(a) for a in cmdline),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def run_daemon(config: NodeConfig, *, instance_id: str) -> int:
+    """Run the node in this process until SIGTERM/SIGINT; returns the exit code."""
+    with instance_lock(config.state_dir):
+        parts = build_node(config, instance_id=instance_id)
+        for warning in parts.store.warnings:
+            log.warning("%s", warning)
+        for note in parts.actuator.recover():
+            log.info("recover %s", note)
+        interrupted = parts.executor.recover()
+        if interrupted:
+            log.warning("%d interrupted action(s) marked failed", interrupted)
+        write_daemon_record(config.state_dir, instance_id)
+        stop = threading.Event()
+
+        def on_signal(signum: int, _frame: FrameType | None) -> None:
+            log.info("signal %d: stopping", signum)
+            stop.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        parts.executor.start()
+        log.info("node %s started (instance %s)", config.host_id, instance_id)
+        try:
+            parts.agent.run(stop)
+        finally:
+            shutdown(parts, config)
+            (config.state_dir / DAEMON_RECORD).unlink(missing_ok=True)
+    return 0
+
+
+def shutdown(parts: NodeParts, config: NodeConfig) -> None:
+    """Drain and stop: no new work, bounded wait for idle children, stop them, report."""
+    parts.agent.stopping = True
+    try:
+        parts.agent.heartbeat(request_commands=False)  # advertise draining at once
+    except Exception as exc:  # best effort: the controller may be gone
+        log.warning("draining heartbeat: %s", exc)
+    parts.executor.stop()
+    for note in parts.actuator.shutdown(idle_timeout=config.stop_idle_timeout):
+        log.info("shutdown %s", note)
+    parts.agent.final_heartbeat()
+    parts.agent.close()
+    parts.store.close()

@@ -1,0 +1,174 @@
+"""What the node tells the controller: registration and heartbeat bodies, built purely.
+
+Inputs are the durable records plus one resource sample; the output follows
+``schemas/wire/registration.schema.json`` and ``heartbeat.schema.json``. Ages,
+not timestamps, are reported (the controller turns them into its own clock at
+receipt, so node clock skew cannot bypass residency or cooldown rules).
+
+A ready (or draining) child that passes its health probe is advertised with its
+``endpoint`` and ``max_concurrency`` in its residency row, and the envelope then
+carries the host's private ``engine_api_key`` so the controller's router can
+forward; the key travels only inside this authenticated envelope.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from gridctl.domain.states import HostState, ResidencyState
+from gridctl.node.records import CachedArtifact, Receipt, ResidencyRecord
+
+SCHEMA_VERSION = 1
+CAPABILITIES = ["load", "warm", "drain", "unload", "evict"]
+_ADVERTISED = (ResidencyState.READY, ResidencyState.DRAINING)
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """Static facts of this host from ``gridctl node start``."""
+
+    host_id: str
+    capacity_mb: int
+    reserved_mb: int = 0
+    failure_domain: str = "default"
+    tags: tuple[str, ...] = ()
+    runtimes: tuple[str, ...] = ("llama.cpp",)
+    backends: tuple[str, ...] = ("cpu",)
+    external_mb: int | None = None  # None = measure it
+
+
+@dataclass(frozen=True)
+class ResourceSample:
+    """One measurement of the machine (psutil and the artifact disk)."""
+
+    total_mb: int
+    available_mb: int
+    managed_rss_mb: int
+    disk_free_mb: int
+    disk_total_mb: int
+
+
+def external_use_mb(facts: HostFacts, sample: ResourceSample) -> int:
+    """Memory used by workloads gridctl does not manage.
+
+    Managed children are subtracted exactly once; the reserve covers the host's
+    own use. A logical node sharing a machine passes a fixed value instead.
+    """
+    if facts.external_mb is not None:
+        return facts.external_mb
+    used = sample.total_mb - sample.available_mb
+    return max(0, used - sample.managed_rss_mb - facts.reserved_mb)
+
+
+def resources(facts: HostFacts, sample: ResourceSample) -> dict[str, object]:
+    return {
+        "capacity_mb": facts.capacity_mb,
+        "reserved_mb": facts.reserved_mb,
+        "external_mb": external_use_mb(facts, sample),
+        "runtimes": list(facts.runtimes),
+        "backends": list(facts.backends),
+        "failure_domain": facts.failure_domain,
+        "tags": list(facts.tags),
+        "disk_free_mb": sample.disk_free_mb,
+        "disk_total_mb": sample.disk_total_mb,
+    }
+
+
+def _age(since: float | None, now: float) -> float | None:
+    return None if since is None else round(max(0.0, now - since), 3)
+
+
+def residency_row(
+    record: ResidencyRecord,
+    now: float,
+    *,
+    endpoint: str | None,
+    max_concurrency: int,
+) -> dict[str, object]:
+    row: dict[str, object] = {
+        "model_id": record.model_id,
+        "memory_mb": record.memory_mb if record.has_process else 0,
+        "state": record.state.value,
+        "artifact_sha256": record.artifact_sha256,
+        "runtime": record.runtime,
+        "loaded_age_seconds": _age(record.loaded_at, now),
+        "last_used_age_seconds": _age(record.last_used_at, now),
+        "managed": True,
+        "ownership": "managed",
+        "active_requests": record.active_requests,
+    }
+    if endpoint is not None:
+        row["endpoint"] = endpoint
+        row["max_concurrency"] = max_concurrency
+    return row
+
+
+def allocator_envelope(
+    state: HostState,
+    records: Sequence[ResidencyRecord],
+    cached: Sequence[CachedArtifact],
+    now: float,
+    *,
+    endpoint_of: Callable[[ResidencyRecord], str | None],
+    engine_api_key: str,
+    max_concurrency: int,
+) -> dict[str, object]:
+    rows = []
+    advertised = False
+    for record in records:
+        endpoint = None
+        if record.state in _ADVERTISED and record.has_process and not record.fenced:
+            endpoint = endpoint_of(record)
+        advertised = advertised or endpoint is not None
+        rows.append(residency_row(record, now, endpoint=endpoint, max_concurrency=max_concurrency))
+    envelope: dict[str, object] = {
+        "schema_version": SCHEMA_VERSION,
+        "state": state.value,
+        "cached_models": [
+            {"model_id": c.model_id, "artifact_sha256": c.sha256, "cached_at": c.cached_at}
+            for c in cached
+        ],
+        "residencies": rows,
+        "actuator_capabilities": CAPABILITIES,
+    }
+    if advertised:
+        envelope["engine_api_key"] = engine_api_key
+    return envelope
+
+
+def ready_models(records: Sequence[ResidencyRecord]) -> list[str]:
+    """The legacy top-level ``models``: ready and routable now."""
+    return sorted(r.model_id for r in records if r.state is ResidencyState.READY and not r.fenced)
+
+
+def registration(
+    facts: HostFacts, sample: ResourceSample, envelope: dict[str, object], models: list[str]
+) -> dict[str, object]:
+    return {
+        "role": "allocator",
+        "host_id": facts.host_id,
+        "models": models,
+        "resources": resources(facts, sample),
+        "allocator": envelope,
+    }
+
+
+def heartbeat(
+    facts: HostFacts,
+    sample: ResourceSample,
+    envelope: dict[str, object],
+    *,
+    receipts: Sequence[Receipt],
+    request_commands: bool,
+    active_tasks: int,
+    queue_depth: int,
+) -> dict[str, object]:
+    return {
+        "node_id": facts.host_id,
+        "load": {"active_tasks": active_tasks, "queue_depth": queue_depth},
+        "resources": resources(facts, sample),
+        "allocator": envelope,
+        "request_commands": request_commands,
+        "acknowledgements": [r.acknowledgement() for r in receipts],
+    }

@@ -1,0 +1,215 @@
+"""The agent loop against a fake controller: registration, lease then control heartbeats,
+commands admitted through the shared fence, executed, and acknowledged with durations."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from gridctl.cli.main import main
+from gridctl.credentials import (
+    issue_node_credential,
+    load_or_create_signing_key,
+    write_secret_file,
+)
+from gridctl.errors import PermanentError
+from gridctl.node.actuator import PortRange
+from gridctl.node.agent import require_safe_controller_url
+from gridctl.node.daemon import NodeConfig, NodeParts, build_node
+from tests.node.fake_controller import FakeController, command, serving, wait_until
+
+HOST = "host-a"
+
+
+@dataclass
+class Running:
+    fake: FakeController
+    parts: NodeParts
+    state_dir: Path
+    artifact: tuple[str, str]
+
+
+def make_artifact(tmp_path: Path) -> tuple[str, str]:
+    data = b"GGUF-test-weights" * 1000
+    path = tmp_path / "weights.gguf"
+    path.write_bytes(data)
+    return path.as_uri(), hashlib.sha256(data).hexdigest()
+
+
+@pytest.fixture
+def running(tmp_path: Path) -> Iterator[Running]:
+    key = load_or_create_signing_key(tmp_path / "controller")
+    token_file = tmp_path / "node.token"
+    write_secret_file(token_file, issue_node_credential(key, HOST, now=time.time()) + "\n")
+    fake = FakeController(key)
+    state_dir = tmp_path / "node"
+    with serving(fake) as url:
+        config = NodeConfig(
+            host_id=HOST,
+            controller_url=url,
+            token_file=token_file,
+            state_dir=state_dir,
+            capacity_mb=4096,
+            failure_domain="rack-1",
+            tags=("test",),
+            port_range=PortRange(29900, 29909),
+            heartbeat_seconds=0.2,
+            binary=Path("/nonexistent/llama-server"),
+        )
+        parts = build_node(config, instance_id="test-instance")
+        parts.executor.recover()
+        parts.executor.start()
+        stop = threading.Event()
+        loop = threading.Thread(target=parts.agent.run, args=(stop,), daemon=True)
+        loop.start()
+        try:
+            yield Running(fake, parts, state_dir, make_artifact(tmp_path))
+        finally:
+            stop.set()
+            loop.join(10)
+            parts.executor.stop()
+            parts.agent.close()
+            parts.store.close()
+
+
+def test_registers_then_lease_heartbeat_then_control_heartbeat(running: Running) -> None:
+    fake = running.fake
+    wait_until(lambda: len(fake.heartbeats) >= 4, 10, "heartbeats")
+    reg = fake.registrations[0]
+    assert reg["role"] == "allocator" and reg["host_id"] == HOST
+    assert reg["resources"]["capacity_mb"] == 4096
+    assert reg["resources"]["failure_domain"] == "rack-1" and reg["resources"]["tags"] == ["test"]
+    assert reg["resources"]["disk_free_mb"] > 0 and reg["resources"]["disk_total_mb"] > 0
+    assert reg["allocator"]["state"] == "accepting"
+    assert "engine_api_key" not in reg["allocator"]  # no ready child: the key stays home
+    flags = [hb["request_commands"] for hb in fake.heartbeats[:4]]
+    assert flags == [False, True, False, True]
+    assert running.parts.store.last_used_watermarks() == {"gemma-3-270m": 1234.0}
+
+
+def test_command_is_executed_and_acknowledged_with_duration(running: Running) -> None:
+    fake, (uri, sha) = running.fake, running.artifact
+    fake.enqueue(
+        command(
+            "load",
+            "m1",
+            HOST,
+            "act-load-1",
+            artifact_sha256=sha,
+            artifact_source=uri,
+            artifact_size_mb=1,
+        )
+    )
+    ack = wait_until(lambda: fake.terminal_ack("act-load-1"), 20, "load ack")
+    print("ack:", ack)
+    assert ack["status"] == "succeeded", ack
+    assert isinstance(ack["duration_seconds"], float) and ack["duration_seconds"] >= 0
+    assert ack["artifact_fetched"] is True
+    row = wait_until(lambda: fake.last_residency("m1"), 10, "residency row")
+    assert row["state"] == "cached" and row["artifact_sha256"] == sha and row["memory_mb"] == 0
+    cached = fake.heartbeats[-1]["allocator"]["cached_models"]
+    assert [c["model_id"] for c in cached] == ["m1"]
+
+    fake.enqueue(
+        command(
+            "load",
+            "m1",
+            HOST,
+            "act-load-2",
+            artifact_sha256=sha,
+            artifact_source=uri,
+            artifact_size_mb=1,
+        )
+    )
+    ack2 = wait_until(lambda: fake.terminal_ack("act-load-2"), 20, "second load ack")
+    assert ack2["status"] == "succeeded" and ack2["artifact_fetched"] is False
+
+
+def test_fence_and_dependency_rejections_are_acknowledged(running: Running) -> None:
+    fake, (uri, sha) = running.fake, running.artifact
+    fake.enqueue(command("load", "m1", HOST, "ok-1", artifact_sha256=sha, artifact_source=uri))
+    wait_until(lambda: fake.terminal_ack("ok-1"), 20)
+    fake.enqueue(
+        command("drain", "m1", HOST, "old-term", controller_term=2, controller_id="ctl-old"),
+        command("drain", "m1", HOST, "other-ctl", controller_id="ctl-rival"),
+        command("warm", "m1", HOST, "needs-dep", dependencies=["never-ran"]),
+        command("drain", "m1", HOST, "recommendation", executable=False),
+    )
+    expected = {
+        "old-term": "stale_term",
+        "other-ctl": "conflicting_controller",
+        "needs-dep": "dependency_not_succeeded",
+        "recommendation": "not_executable",
+    }
+    for action_id, reason in expected.items():
+        ack = wait_until(lambda a=action_id: fake.terminal_ack(a), 20, action_id)
+        assert ack["status"] == "rejected" and ack["reason"] == reason, ack
+
+
+def test_failed_action_reports_its_reason(running: Running) -> None:
+    fake = running.fake
+    fake.enqueue(command("drain", "ghost", HOST, "drain-ghost"))
+    ack = wait_until(lambda: fake.terminal_ack("drain-ghost"), 20)
+    assert ack["status"] == "failed" and ack["reason"] == "not_resident"
+    assert isinstance(ack["duration_seconds"], float)
+
+
+def test_local_override_is_reported_and_cancels_new_work(running: Running) -> None:
+    fake, (uri, sha), state = running.fake, running.artifact, str(running.state_dir)
+    assert main(["node", "drain", "--state-dir", state, "--reason", "going home"]) == 0
+    wait_until(lambda: fake.heartbeats[-1]["allocator"]["state"] == "draining", 10, "draining")
+    fake.enqueue(
+        command("load", "m1", HOST, "load-while-draining", artifact_sha256=sha, artifact_source=uri)
+    )
+    ack = wait_until(lambda: fake.terminal_ack("load-while-draining"), 20)
+    assert ack["status"] == "cancelled" and ack["reason"] == "local_admission_closed"
+
+    assert main(["node", "quarantine", "--state-dir", state, "--reason", "thermal"]) == 0
+    wait_until(lambda: fake.heartbeats[-1]["allocator"]["state"] == "quarantined", 10)
+    assert main(["node", "resume", "--state-dir", state]) == 0
+    wait_until(lambda: fake.heartbeats[-1]["allocator"]["state"] == "accepting", 10)
+
+    assert main(["node", "pause", "--state-dir", state, "--for-seconds", "0.5"]) == 0
+    wait_until(lambda: fake.heartbeats[-1]["allocator"]["state"] == "paused", 10)
+    wait_until(lambda: fake.heartbeats[-1]["allocator"]["state"] == "accepting", 10, "expiry")
+    assert running.parts.store.override() is None  # the expired override was cleared durably
+
+
+def test_controller_that_forgot_the_host_gets_a_new_registration(running: Running) -> None:
+    fake = running.fake
+    wait_until(lambda: fake.registrations and fake.heartbeats, 10)
+    fake.forget_next = True
+    wait_until(lambda: len(fake.registrations) >= 2, 10, "re-registration")
+
+
+def test_credential_for_another_host_is_refused_with_403(tmp_path: Path) -> None:
+    key = load_or_create_signing_key(tmp_path / "controller")
+    token_file = tmp_path / "node.token"
+    write_secret_file(token_file, issue_node_credential(key, "host-b", now=time.time()))
+    fake = FakeController(key)
+    with serving(fake) as url:
+        config = NodeConfig(
+            HOST, url, token_file, tmp_path / "node", capacity_mb=1024, binary=Path("/nonexistent")
+        )
+        parts = build_node(config)
+        try:
+            with pytest.raises(PermanentError, match="403"):
+                parts.agent.register()
+        finally:
+            parts.agent.close()
+            parts.store.close()
+    assert fake.refused == [403] and fake.registrations == []
+
+
+def test_plain_http_off_loopback_is_refused() -> None:
+    for url in ("http://127.0.0.1:22100", "http://localhost:1", "https://grid.example"):
+        require_safe_controller_url(url)
+    for url in ("http://10.0.0.5:22100", "http://grid.example", "ftp://x"):
+        with pytest.raises(PermanentError):
+            require_safe_controller_url(url)

@@ -1,0 +1,85 @@
+"""Local overrides: the host state they produce, expiry, durability, and the node CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gridctl.cli.main import main
+from gridctl.domain.states import HostState
+from gridctl.node import overrides
+from gridctl.node.statestore import NodeStateStore
+
+
+@pytest.mark.parametrize(
+    ("kind", "state"),
+    [
+        ("drain", HostState.DRAINING),
+        ("pause", HostState.PAUSED),
+        ("quarantine", HostState.QUARANTINED),
+    ],
+)
+def test_each_override_maps_to_its_host_state(kind: str, state: HostState) -> None:
+    o = overrides.make_override(kind, " why ", now=10.0, for_seconds=None)
+    assert o.reason == "why" and o.expires_at is None
+    assert overrides.host_state(o, 1e12) is state
+    assert not overrides.host_state(o, 1e12).admits_new_work
+
+
+def test_no_override_means_accepting_and_expiry_ends_an_override() -> None:
+    assert overrides.host_state(None, 0.0) is HostState.ACCEPTING
+    o = overrides.make_override("pause", "battery", now=100.0, for_seconds=60)
+    assert overrides.host_state(o, 159.9) is HostState.PAUSED
+    assert overrides.host_state(o, 160.0) is HostState.ACCEPTING
+    assert overrides.describe(o, 130.0)["expires_in_seconds"] == 30.0  # type: ignore[index]
+    assert overrides.describe(o, 161.0) is None
+
+
+def test_bad_overrides_are_refused() -> None:
+    with pytest.raises(ValueError):
+        overrides.make_override("evict", "", now=0.0, for_seconds=None)
+    with pytest.raises(ValueError):
+        overrides.make_override("drain", "", now=0.0, for_seconds=0)
+
+
+def test_cli_overrides_are_durable_and_shown_in_status(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = str(tmp_path)
+    assert main(["node", "quarantine", "--state-dir", state, "--reason", "thermal fault"]) == 0
+    store = NodeStateStore(tmp_path / "node.sqlite3")
+    assert store.override() is not None and store.override().kind == "quarantine"  # type: ignore[union-attr]
+    store.close()
+    capsys.readouterr()
+    assert main(["node", "status", "--state-dir", state, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["host_state"] == "quarantined"
+    assert doc["override"]["reason"] == "thermal fault"
+    assert doc["daemon"]["running"] is False
+    assert main(["node", "resume", "--state-dir", state]) == 0
+    capsys.readouterr()
+    assert main(["node", "status", "--state-dir", state, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["host_state"] == "accepting"
+
+
+def test_stop_refuses_a_record_that_cannot_prove_an_identity(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import os
+
+    # a record pointing at this very test process, but without the instance marker in argv
+    (tmp_path / "daemon.json").write_text(
+        json.dumps(
+            {
+                "pid": os.getpid(),
+                "create_time": 0.0,
+                "executable": "/x",
+                "cmdline": ["python"],
+                "instance_id": "abc",
+            }
+        )
+    )
+    assert main(["node", "stop", "--state-dir", str(tmp_path)]) == 1
+    assert "cannot prove" in capsys.readouterr().out
