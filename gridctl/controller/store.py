@@ -1,0 +1,417 @@
+"""The controller's durable state on SQLite (stdlib, WAL).
+
+Holds the last good profile revision, the operator's mode override, pending
+and finished actions with their receipts, learned warm/transfer timings,
+demand watermarks, outcome evidence, withdrawn destructive batches,
+retirement tombstones, and the plan-generation epoch and sequence. Every write
+is one transaction. Opening quarantines a corrupt database (see
+``store_schema``); the clean store then starts in recommend mode and keeps a
+warning. Without a durable path the store lives in memory and automatic mode
+is refused. Time comes from the ``clock`` callable, so tests control it.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gridctl.controller import store_rows
+from gridctl.controller.store_schema import open_database
+from gridctl.controller.timings import LearnedTiming, TimingKind, learn, timing_kind, valid_report
+from gridctl.domain import ControllerPolicy, Mode, Receipt, ReceiptStatus
+from gridctl.errors import PermanentError, TransientError
+from gridctl.reconcile import (
+    AckDecision,
+    Cancellation,
+    ControllerMemory,
+    HistoryEntry,
+    PendingAction,
+    PlanGeneration,
+    Tombstone,
+    WithdrawnDestructive,
+    judge_acknowledgement,
+)
+
+DEFAULT_HISTORY_LIMIT = 10_000
+MODE_OVERRIDE = "mode"
+
+
+@dataclass(frozen=True)
+class AckResult:
+    """What one acknowledgement did: the decision, and the action it concerned."""
+
+    decision: AckDecision
+    entry: HistoryEntry | None  # the finished action, when it is now terminal
+    learned: TimingKind | None = None
+
+
+class ControllerStore:
+    """Single-process access to the controller database; thread-safe."""
+
+    def __init__(
+        self,
+        state_dir: str | Path | None,
+        *,
+        clock: Callable[[], float] = time.time,
+        history_limit: int = DEFAULT_HISTORY_LIMIT,
+    ) -> None:
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._history_limit = history_limit
+        self._session = secrets.token_hex(8)
+        opened = open_database(Path(state_dir) if state_dir is not None else None, clock())
+        self._conn = opened.connection
+        self.durable = opened.durable
+        self.quarantined_to = opened.quarantined_to
+        for warning in opened.warnings:
+            self.add_warning(warning)
+        if opened.quarantined_to is not None:
+            self.set_mode_override(Mode.RECOMMEND, source="quarantine")
+
+    # --- plumbing ------------------------------------------------------------------------
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; rolled back on any error."""
+        with self._lock:
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise TransientError(f"controller state busy: {exc}", retry_after=0.5) from exc
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def _read(self, sql: str, args: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return list(self._conn.execute(sql, args).fetchall())
+
+    def _meta(self, key: str, default: str | None = None) -> str | None:
+        rows = self._read("SELECT value FROM meta WHERE key = ?", (key,))
+        return str(rows[0][0]) if rows else default
+
+    @staticmethod
+    def _set_meta(conn: sqlite3.Connection, key: str, value: str) -> None:
+        conn.execute(
+            "INSERT INTO meta (key, value) VALUES (?, ?) "
+            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    # --- warnings, mode and overrides ------------------------------------------------------
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        return tuple(json.loads(self._meta("warnings", "[]") or "[]"))
+
+    def add_warning(self, text: str) -> None:
+        with self._tx() as conn:
+            current = json.loads(self._meta("warnings", "[]") or "[]")
+            if text not in current:
+                current.append(text)
+            self._set_meta(conn, "warnings", json.dumps(current))
+
+    def clear_warnings(self) -> None:
+        with self._tx() as conn:
+            self._set_meta(conn, "warnings", "[]")
+
+    def mode_override(self) -> Mode | None:
+        rows = self._read("SELECT value FROM overrides WHERE key = ?", (MODE_OVERRIDE,))
+        return Mode(json.loads(rows[0][0])["mode"]) if rows else None
+
+    def set_mode_override(self, mode: Mode | None, *, source: str = "operator") -> None:
+        """Persist the operator's mode (None clears it). Automatic needs a durable store."""
+        if mode is Mode.AUTOMATIC and not self.durable:
+            raise PermanentError("automatic mode refused: controller state is not durable")
+        with self._tx() as conn:
+            if mode is None:
+                conn.execute("DELETE FROM overrides WHERE key = ?", (MODE_OVERRIDE,))
+            else:
+                conn.execute(
+                    "INSERT OR REPLACE INTO overrides (key, value, set_at) VALUES (?, ?, ?)",
+                    (
+                        MODE_OVERRIDE,
+                        json.dumps({"mode": mode.value, "source": source}),
+                        self._clock(),
+                    ),
+                )
+
+    def effective_mode(self, policy_mode: Mode) -> tuple[Mode, str | None]:
+        """The mode in force and, when automatic was asked for but refused, why."""
+        wanted = self.mode_override() or policy_mode
+        if wanted is Mode.AUTOMATIC and not self.durable:
+            return Mode.RECOMMEND, "automatic mode refused: controller state is not durable"
+        return wanted, None
+
+    def overrides(self) -> dict[str, Any]:
+        return {k: json.loads(v) for k, v in self._read("SELECT key, value FROM overrides")}
+
+    def set_override(self, key: str, value: Any) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO overrides (key, value, set_at) VALUES (?, ?, ?)",
+                (key, json.dumps(value), self._clock()),
+            )
+
+    # --- profiles and plan generations -------------------------------------------------------
+
+    def save_profiles(self, revision: str, body: Mapping[str, Any] | Sequence[Any]) -> None:
+        """Remember the last good desired-state revision (raw documents, JSON)."""
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO profiles (id, revision, body, stored_at) "
+                "VALUES (1, ?, ?, ?)",
+                (revision, json.dumps(body, sort_keys=True), self._clock()),
+            )
+
+    def last_good_profiles(self) -> tuple[str, Any] | None:
+        rows = self._read("SELECT revision, body FROM profiles WHERE id = 1")
+        return (str(rows[0][0]), json.loads(rows[0][1])) if rows else None
+
+    @property
+    def epoch(self) -> str:
+        return self._meta("epoch") or ""
+
+    def next_plan_generation(self, input_digest: str) -> PlanGeneration:
+        """Advance the persistent sequence; the generation orders plans across clock jumps."""
+        digest = input_digest.split(":")[-1].lower()
+        if not digest or any(c not in "0123456789abcdef" for c in digest):
+            digest = "0"
+        with self._tx() as conn:
+            sequence = int(self._meta("sequence", "0") or 0) + 1
+            self._set_meta(conn, "sequence", str(sequence))
+        return PlanGeneration(self.epoch, sequence, digest)
+
+    def note_term(self, term: int) -> None:
+        """Mirror the highest authority term, so a lost lease file cannot lower it."""
+        with self._tx() as conn:
+            if term > int(self._meta("highest_term", "0") or 0):
+                self._set_meta(conn, "highest_term", str(term))
+
+    def highest_term(self) -> int:
+        return int(self._meta("highest_term", "0") or 0)
+
+    # --- actions -------------------------------------------------------------------------
+
+    def apply_tick(
+        self,
+        enqueue: Iterable[PendingAction],
+        cancellations: Iterable[Cancellation],
+        memory: ControllerMemory,
+        *,
+        plan_generation: PlanGeneration | None = None,
+    ) -> tuple[PendingAction, ...]:
+        """Persist one tick's decisions in one transaction; returns the queued entries."""
+        now = self._clock()
+        stored: list[PendingAction] = []
+        with self._tx() as conn:
+            queue = int(self._meta("queue", "0") or 0)
+            for entry in enqueue:
+                queue += 1
+                row = store_rows.pending_row(entry, queue, self._session, plan_generation)
+                conn.execute(store_rows.INSERT_ACTION, row)
+                stored.append(store_rows.with_queue(entry, queue))
+            self._set_meta(conn, "queue", str(queue))
+            for c in cancellations:
+                conn.execute(
+                    "UPDATE actions SET state = ?, acknowledged = 0, finished_at = ? "
+                    "WHERE action_id = ? AND state = 'pending'",
+                    (ReceiptStatus.CANCELLED.value, now, c.action_id),
+                )
+            store_rows.replace_memory(conn, memory)
+            self._trim_history(conn)
+        return tuple(stored)
+
+    def mark_delivered(self, action_ids: Iterable[str], at: float | None = None) -> None:
+        """The durable delivery marker, written before the response reaches the node."""
+        when = self._clock() if at is None else at
+        with self._tx() as conn:
+            conn.executemany(
+                "UPDATE actions SET delivered_at = ? WHERE action_id = ? AND delivered_at IS NULL",
+                [(when, a) for a in action_ids],
+            )
+
+    def clear_delivered(self, action_ids: Iterable[str]) -> None:
+        """Compensate markers prepared by a poll whose response was suppressed."""
+        with self._tx() as conn:
+            conn.executemany(
+                "UPDATE actions SET delivered_at = NULL WHERE action_id = ? AND state = 'pending'",
+                [(a,) for a in action_ids],
+            )
+
+    def pending(self) -> tuple[PendingAction, ...]:
+        rows = self._read(store_rows.SELECT_ACTION + " WHERE state = 'pending' ORDER BY queued")
+        return tuple(store_rows.pending_from_row(r, self._session) for r in rows)
+
+    def history(self, limit: int | None = None) -> tuple[HistoryEntry, ...]:
+        sql = store_rows.SELECT_ACTION + " WHERE state != 'pending' ORDER BY finished_at, queued"
+        rows = self._read(sql)
+        entries = tuple(store_rows.history_from_row(r) for r in rows)
+        return entries[-limit:] if limit else entries
+
+    def memory(self) -> ControllerMemory:
+        withdrawn = tuple(
+            WithdrawnDestructive(a, store_rows.kind(k), h, m, t)
+            for a, k, h, m, t in self._read(
+                "SELECT action_id, kind, host_id, model_id, withdrawn_at FROM withdrawn "
+                "ORDER BY action_id"
+            )
+        )
+        tombstones = tuple(
+            Tombstone(m, t, s, r)
+            for m, t, s, r in self._read(
+                "SELECT model_id, retired_at, artifact_sha256, min_residency_seconds "
+                "FROM tombstones ORDER BY model_id"
+            )
+        )
+        return ControllerMemory(withdrawn=withdrawn, tombstones=tombstones)
+
+    def record_acknowledgement(
+        self, receipt: Receipt, policy: ControllerPolicy | None = None
+    ) -> AckResult | None:
+        """Apply one acknowledgement; None for an unknown action (nothing is written)."""
+        policy = policy or ControllerPolicy()
+        now = self._clock()
+        with self._tx() as conn:
+            row = conn.execute(
+                store_rows.SELECT_ACTION + " WHERE action_id = ?", (receipt.action_id,)
+            ).fetchone()
+            if row is None:
+                return None
+            record = store_rows.record_from_row(row)
+            decision = judge_acknowledgement(
+                record.status, receipt.status, acknowledged=record.acknowledged
+            )
+            conn.execute(
+                "INSERT INTO receipts (action_id, status, outcome, message, duration_seconds, "
+                "artifact_fetched, observed_at, received_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    receipt.action_id,
+                    receipt.status.value,
+                    decision.outcome.value,
+                    receipt.message[:4096],
+                    receipt.duration_seconds
+                    if valid_report(receipt.duration_seconds, policy)
+                    else None,
+                    int(receipt.artifact_fetched),
+                    receipt.observed_at,
+                    now,
+                ),
+            )
+            learned: TimingKind | None = None
+            if decision.changed:
+                store_rows.update_status(conn, receipt, decision, now)
+                if decision.status is ReceiptStatus.SUCCEEDED:
+                    learned = self._learn(conn, record, receipt, policy, now)
+            self._trim_history(conn)
+            after = conn.execute(
+                store_rows.SELECT_ACTION + " WHERE action_id = ?", (receipt.action_id,)
+            ).fetchone()
+        entry = store_rows.history_from_row(after) if after[store_rows.STATE] != "pending" else None
+        return AckResult(decision, entry, learned)
+
+    def _trim_history(self, conn: sqlite3.Connection) -> None:
+        """Bound finished actions, keeping the newest of every key (ids never repeat)
+        and every action a withdrawn batch still names."""
+        (count,) = conn.execute("SELECT count(*) FROM actions WHERE state != 'pending'").fetchone()
+        if count <= self._history_limit:
+            return
+        conn.execute(store_rows.TRIM_HISTORY, (count - self._history_limit,))
+        conn.execute("DELETE FROM receipts WHERE action_id NOT IN (SELECT action_id FROM actions)")
+
+    # --- learned timings ----------------------------------------------------------------------
+
+    def _learn(
+        self,
+        conn: sqlite3.Connection,
+        record: store_rows.ActionRecord,
+        receipt: Receipt,
+        policy: ControllerPolicy,
+        now: float,
+    ) -> TimingKind | None:
+        kind = timing_kind(record.kind, receipt.artifact_fetched)
+        if kind is None or not valid_report(receipt.duration_seconds, policy):
+            return None
+        assert receipt.duration_seconds is not None
+        key = (record.host_id, record.model_id, record.artifact_sha256 or "", kind.value)
+        previous = store_rows.read_timing(conn, key)
+        updated = learn(previous, float(receipt.duration_seconds), now, policy)
+        conn.execute(
+            "INSERT OR REPLACE INTO timings (host_id, model_id, artifact, kind, seconds, samples, "
+            "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (*key, updated.seconds, updated.samples, updated.updated_at),
+        )
+        return kind
+
+    def timing(
+        self, host_id: str, model_id: str, artifact_sha256: str | None, kind: TimingKind
+    ) -> LearnedTiming | None:
+        with self._lock:
+            return store_rows.read_timing(
+                self._conn, (host_id, model_id, artifact_sha256 or "", kind.value)
+            )
+
+    def timings(self) -> dict[tuple[str, str, str, str], LearnedTiming]:
+        rows = self._read(
+            "SELECT host_id, model_id, artifact, kind, seconds, samples, updated_at FROM timings"
+        )
+        return {(h, m, a, k): LearnedTiming(s, n, u) for h, m, a, k, s, n, u in rows}
+
+    # --- demand watermarks and outcome evidence -------------------------------------------------
+
+    def set_watermark(self, model_id: str, last_used_at: float | None, peak: float = 0.0) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT INTO watermarks (model_id, last_used_at, peak, updated_at) "
+                "VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(model_id) DO UPDATE SET "
+                "last_used_at = max(coalesce(last_used_at, excluded.last_used_at), "
+                "coalesce(excluded.last_used_at, last_used_at)), "
+                "peak = max(peak, excluded.peak), updated_at = excluded.updated_at",
+                (model_id, last_used_at, peak, self._clock()),
+            )
+
+    def watermarks(self) -> dict[str, tuple[float | None, float]]:
+        rows = self._read("SELECT model_id, last_used_at, peak FROM watermarks ORDER BY model_id")
+        return {m: (u, p) for m, u, p in rows}
+
+    def put_evidence(
+        self, model_id: str, workload: str, artifact_sha256: str | None, body: Mapping[str, Any]
+    ) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO evidence (model_id, workload, artifact, body, updated_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (
+                    model_id,
+                    workload,
+                    artifact_sha256 or "",
+                    json.dumps(body, sort_keys=True),
+                    self._clock(),
+                ),
+            )
+
+    def evidence(self) -> dict[tuple[str, str, str], Any]:
+        rows = self._read("SELECT model_id, workload, artifact, body FROM evidence")
+        return {(m, w, a): json.loads(b) for m, w, a, b in rows}
+
+    def clear_demand(self, model_id: str) -> None:
+        """A retired model's demand history goes with it."""
+        with self._tx() as conn:
+            conn.execute("DELETE FROM watermarks WHERE model_id = ?", (model_id,))
+            conn.execute("DELETE FROM evidence WHERE model_id = ?", (model_id,))
