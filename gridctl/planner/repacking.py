@@ -101,7 +101,8 @@ def replace_in_place(ws: Workspace, model_id: str) -> bool:
             a.existing and _ready(ws, model_id, a.host_id)
             for a in ws.assignments[model_id].values()
         )
-        if not peer_ready or not all(row.removable for row in stale) or not stale:
+        movable = all(row.removable for row in stale) and host_id not in ws.profiles[model_id].pins
+        if not peer_ready or not movable or not stale:
             ws.add_shortfall(
                 model_id,
                 UnsatisfiedCode.UNSAFE_REPLACEMENT,

@@ -71,8 +71,9 @@ def seed_incumbents(ws: Workspace) -> None:
     rows: list[tuple[tuple[int, int, int, str, int], str, str]] = []
     for model_id in ws.model_ids:
         for rank, (host_id, row) in enumerate(_preferred_incumbents(ws, model_id)):
+            pinned_here = host_id in ws.profiles[model_id].pins
             key = (
-                0 if not row.removable else 1,
+                0 if not row.removable else 1 if pinned_here else 2,
                 -ws.priority(model_id),
                 ws.compatible_count[model_id],
                 model_id,
@@ -114,7 +115,7 @@ def _lose(ws: Workspace, candidate: Candidate, rejection: Rejection) -> None:
     )
     if not policy_loss:
         return  # the memory ledger: stop desiring it; it is re-placed before it drains
-    if not candidate.incumbent.removable:
+    if not candidate.incumbent.removable or host_id in candidate.profile.pins:
         ws.add_shortfall(
             model_id,
             UnsatisfiedCode.COLOCATION_CONFLICT,

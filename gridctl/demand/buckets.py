@@ -1,0 +1,82 @@
+"""Bounded demand history: aggregate counts and timings per time bucket.
+
+Each completed or failed request is folded into the bucket covering its
+completion time: request and error counts, total service seconds, the largest
+queue seen and a logarithmic latency histogram. Nothing about the request
+itself is kept. Bursts are folded into their bucket, never truncated at a
+raw-request limit, and only the newest ``window`` buckets survive.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+from gridctl.demand.histograms import LatencyHistogram
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """Bounded features of one finished request (no prompt, no response, no identity)."""
+
+    model_id: str
+    at: float  # completion time, seconds
+    service_seconds: float
+    latency_ms: float
+    ok: bool = True
+    queue_depth: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class DemandBucket:
+    """Aggregates of every observation whose completion fell in [start, start + width)."""
+
+    start: float
+    requests: int = 0
+    errors: int = 0
+    service_seconds: float = 0.0
+    max_queue: float = 0.0
+    latency: LatencyHistogram = field(default_factory=LatencyHistogram)
+
+    def with_observation(self, obs: Observation) -> DemandBucket:
+        service = obs.service_seconds if math.isfinite(obs.service_seconds) else 0.0
+        return replace(
+            self,
+            requests=self.requests + 1,
+            errors=self.errors + (0 if obs.ok else 1),
+            service_seconds=self.service_seconds + max(0.0, service),
+            max_queue=max(self.max_queue, obs.queue_depth),
+            latency=self.latency.add(obs.latency_ms),
+        )
+
+
+def bucket_start(at: float, width: float) -> float:
+    return math.floor(at / width) * width
+
+
+@dataclass(frozen=True, slots=True)
+class BucketSeries:
+    """The bounded, time-ordered buckets of one model."""
+
+    model_id: str
+    width: float = 60.0
+    window: int = 30
+    buckets: tuple[DemandBucket, ...] = ()
+
+    def fold(self, obs: Observation) -> BucketSeries:
+        """A new series with ``obs`` counted; buckets older than the window are dropped."""
+        start = bucket_start(obs.at, self.width)
+        by_start = {b.start: b for b in self.buckets}
+        current = by_start.get(start, DemandBucket(start=start))
+        by_start[start] = current.with_observation(obs)
+        newest = max(by_start)
+        horizon = newest - (self.window - 1) * self.width
+        kept = tuple(by_start[s] for s in sorted(by_start) if s >= horizon)
+        return replace(self, buckets=kept)
+
+    def fold_all(self, observations: Iterable[Observation]) -> BucketSeries:
+        series = self
+        for obs in sorted(observations, key=lambda o: (o.at, o.latency_ms, o.service_seconds)):
+            series = series.fold(obs)
+        return series

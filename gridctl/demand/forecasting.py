@@ -1,0 +1,83 @@
+"""The short-horizon forecast: bucketed EWMA plus a positive trend.
+
+Per-minute request rates of the complete buckets in the window (empty buckets
+count as zero) feed an EWMA; the trend is an EWMA of bucket-to-bucket changes,
+kept only when positive, because a falling rate must never accelerate
+scale-down. Offered concurrency is the forecast arrival rate times the
+measured mean service time plus the work queued now. Latency is the
+approximate request-level p95 of the merged histograms.
+"""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+from gridctl.demand.buckets import BucketSeries, DemandBucket, bucket_start
+from gridctl.demand.histograms import merge
+from gridctl.domain import ControllerPolicy, ModelDemand
+
+FULL_CONFIDENCE_REQUESTS = 20
+
+
+def complete_rates(series: BucketSeries, now: float) -> list[float]:
+    """Requests per minute of each complete bucket in the window, oldest first."""
+    current = bucket_start(now, series.width)
+    last = current - series.width
+    first = last - (series.window - 1) * series.width
+    by_start = {b.start: b for b in series.buckets}
+    present = [s for s in by_start if first <= s <= last]
+    if not present:
+        return []
+    start = min(present)
+    rates: list[float] = []
+    while start <= last:
+        bucket = by_start.get(start)
+        count = bucket.requests if bucket is not None else 0
+        rates.append(count * 60.0 / series.width)
+        start += series.width
+    return rates
+
+
+def ewma_with_trend(rates: list[float], alpha: float) -> tuple[float, float]:
+    """(level, positive trend per bucket) of a rate series."""
+    if not rates:
+        return 0.0, 0.0
+    level = rates[0]
+    trend = 0.0
+    for previous, rate in pairwise(rates):
+        level = alpha * rate + (1.0 - alpha) * level
+        trend = alpha * (rate - previous) + (1.0 - alpha) * trend
+    return level, max(0.0, trend)
+
+
+def forecast(
+    series: BucketSeries,
+    now: float,
+    policy: ControllerPolicy,
+    default_service_seconds: float = 2.0,
+) -> ModelDemand:
+    """The ``ModelDemand`` a planner consumes, from one model's bucketed history."""
+    window_start = bucket_start(now, series.width) - series.window * series.width
+    recent: list[DemandBucket] = [b for b in series.buckets if window_start <= b.start <= now]
+    rates = complete_rates(series, now)
+    level, trend = ewma_with_trend(rates, policy.demand_ewma_alpha)
+    requests = sum(b.requests for b in recent)
+    errors = sum(b.errors for b in recent)
+    service = (
+        sum(b.service_seconds for b in recent) / requests if requests else default_service_seconds
+    )
+    latest = max(recent, key=lambda b: b.start) if recent else None
+    queue = latest.max_queue if latest is not None else 0.0
+    per_minute_trend = trend * 60.0 / series.width
+    return ModelDemand(
+        model_id=series.model_id,
+        requests_per_minute=level,
+        offered_concurrency=level / 60.0 * service + queue,
+        queue_depth=queue,
+        p95_latency_ms=merge(b.latency for b in recent).p95(),
+        error_rate=errors / requests if requests else 0.0,
+        trend_per_minute=per_minute_trend,
+        confidence=min(1.0, requests / FULL_CONFIDENCE_REQUESTS),
+        sample_count=requests,
+        observed_peak_requests_per_minute=max(rates, default=0.0),
+    )
