@@ -85,7 +85,8 @@ class FileSource:
         self.path = Path(path)
 
     def describe(self) -> str:
-        return str(self.path)
+        # The name only: the banner and snapshots must not depend on where a checkout lives.
+        return f"saved file {self.path.name}"
 
     async def fetch(self) -> dict[str, Any]:
         try:
