@@ -422,18 +422,29 @@ class Controller:
                         model_id=action.model_id,
                         message=action.kind.value,
                     )
-                delivered.append(
-                    command_to_json(
-                        action,
-                        plan_generation=str(self.last_generation),
-                        controller_term=self.authority.term,
-                        controller_id=self.authority.controller_id,
-                        controller_lease_expires_at=self.authority.lease_expires_at,
-                    )
+                command = command_to_json(
+                    action,
+                    plan_generation=str(self.last_generation),
+                    controller_term=self.authority.term,
+                    controller_id=self.authority.controller_id,
+                    controller_lease_expires_at=self.authority.lease_expires_at,
                 )
+                delivered.append(self._with_artifact_source(command))
             if delivered:
                 self._persist()  # the delivery marker is durable before the response
         return delivered
+
+    def _with_artifact_source(self, command: dict[str, Any]) -> dict[str, Any]:
+        """Add the profile's operator-authorised source when the digest is the same."""
+        desired = self.desired.current
+        profile = desired.profile(command["model_id"]) if desired else None
+        if profile is None or profile.artifact.source is None:
+            return command
+        if profile.artifact.sha256 != command.get("artifact_sha256"):
+            return command
+        command["artifact_source"] = profile.artifact.source
+        command["artifact_size_mb"] = profile.artifact.size_mb
+        return command
 
     def _destructive_problem(
         self, model_id: str, host_id: str, now: float, policy: ControllerPolicy
@@ -443,6 +454,9 @@ class Controller:
         target = dict(plan.targets).get(model_id, 0) if plan else 0
         if target <= 0:
             return None
+        serving = self.registry.routable(model_id, now)
+        if not any(route.host_id == host_id for route in serving):
+            return None  # not a serving replica: removing it takes no capacity away
         margin = policy.destructive_min_route_lease_seconds
         live = [
             route
