@@ -85,22 +85,24 @@ class Governor:
         self.pending: list[PendingAction] = list(pending)
         self.admitted: dict[str, str] = {}  # action id -> host id
         self.withdrawn: list[Cancellation] = []
+        self._held: set[str] = {p.action_id for p in self.pending}
+        self._per_host: dict[str, int] = {}
         self._loads: dict[str, set[str]] = {}
         for p in self.pending:
+            self._per_host[p.action.host_id] = self._per_host.get(p.action.host_id, 0) + 1
             if p.action.kind is ActionKind.LOAD:
                 identity = artifact_identity(p.action.model_id, p.action.artifact_sha256)
                 self._loads.setdefault(identity, set()).add(p.action.host_id)
 
     def holds(self, action_id: str) -> bool:
         """Is this action pending or admitted this tick (so a dependant may follow it)?"""
-        return action_id in self.admitted or any(p.action_id == action_id for p in self.pending)
+        return action_id in self.admitted or action_id in self._held
 
     def _global_used(self) -> int:
-        return len(self.pending) + len(self.admitted)
+        return len(self._held) + len(self.admitted)
 
     def _host_used(self, host_id: str) -> int:
-        held = sum(1 for p in self.pending if p.action.host_id == host_id)
-        return held + sum(1 for h in self.admitted.values() if h == host_id)
+        return self._per_host.get(host_id, 0)
 
     def admit(self, p: Proposal, action_id: str) -> BlockedCode | None:
         """Admit ``p`` or say which limit holds it back; may withdraw lower-class work."""
@@ -117,6 +119,7 @@ class Governor:
                 return BlockedCode.HOST_GOVERNOR if host_full else BlockedCode.MUTATION_GOVERNOR
             self._drop(victim)
         self.admitted[action_id] = p.host_id
+        self._per_host[p.host_id] = self._per_host.get(p.host_id, 0) + 1
         if p.kind is ActionKind.LOAD:
             self._loads.setdefault(identity, set()).add(p.host_id)
         return None
@@ -155,6 +158,9 @@ class Governor:
 
     def _drop(self, victim: PendingAction) -> None:
         self.pending = [p for p in self.pending if p.action_id != victim.action_id]
+        self._held.discard(victim.action_id)
+        host = victim.action.host_id
+        self._per_host[host] = self._per_host.get(host, 1) - 1
         self.withdrawn.append(
             Cancellation(
                 victim.action_id, CancelReason.WITHDRAWN_FOR_HIGHER_CLASS, victim.delivered

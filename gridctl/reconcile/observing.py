@@ -64,6 +64,13 @@ class FleetView:
         for tombstone in memory.tombstones:
             self._sha.setdefault(tombstone.model_id, tombstone.artifact_sha256)
         self._ready: dict[str, list[ReadyReplica]] = {}
+        self._loading: dict[str, set[str]] = {}
+        for host in snapshot.hosts:
+            for r in host.residencies:
+                if r.state is ResidencyState.LOADING and r.ownership is Ownership.MANAGED:
+                    sha = r.artifact_sha256 or self._sha.get(r.model_id)
+                    identity = artifact_identity(r.model_id, sha)
+                    self._loading.setdefault(identity, set()).add(host.host_id)
         for host in sorted(snapshot.hosts, key=lambda h: h.host_id):
             if not self.is_routable(host.host_id):
                 continue
@@ -143,16 +150,4 @@ class FleetView:
 
     def running_loads(self, identity: str) -> frozenset[str]:
         """Hosts where a managed load of this exact artifact is observed running."""
-        hosts: set[str] = set()
-        for host in self._hosts.values():
-            for r in host.residencies:
-                if (
-                    r.state is ResidencyState.LOADING
-                    and r.ownership is Ownership.MANAGED
-                    and artifact_identity(
-                        r.model_id, r.artifact_sha256 or self._sha.get(r.model_id)
-                    )
-                    == identity
-                ):
-                    hosts.add(host.host_id)
-        return frozenset(hosts)
+        return frozenset(self._loading.get(identity, ()))
