@@ -140,8 +140,10 @@ def replica_target(
             inferred = replicas_for(inferred_concurrency, per_replica, policy.demand_headroom)
             if inferred > direct:
                 reasons.append("correlated demand")
-    if facts.recent_ready > direct:
-        direct = facts.recent_ready
+    if facts.recent_ready > max(direct, inferred):
+        # hysteresis keeps recent replicas desired, but it is no request signal:
+        # those replicas never preempt (they rank with inferred demand)
+        inferred = facts.recent_ready
         reasons.append("scale-down cooldown")
     wanted = max(direct, inferred, profile.min_replicas)
     replicas = max(min(wanted, profile.max_replicas), profile.min_replicas)
