@@ -222,9 +222,11 @@ class ControllerStore:
         with self._tx() as conn:
             queue = int(self._meta("queue", "0") or 0)
             for entry in enqueue:
+                row = store_rows.pending_row(entry, queue + 1, self._session, plan_generation)
+                if conn.execute(store_rows.INSERT_ACTION, row).rowcount == 0:
+                    self._check_reenqueue(conn, entry.action_id)
+                    continue  # already pending: enqueueing twice is harmless
                 queue += 1
-                row = store_rows.pending_row(entry, queue, self._session, plan_generation)
-                conn.execute(store_rows.INSERT_ACTION, row)
                 stored.append(store_rows.with_queue(entry, queue))
             self._set_meta(conn, "queue", str(queue))
             for c in cancellations:
@@ -236,6 +238,14 @@ class ControllerStore:
             store_rows.replace_memory(conn, memory)
             self._trim_history(conn)
         return tuple(stored)
+
+    @staticmethod
+    def _check_reenqueue(conn: sqlite3.Connection, action_id: str) -> None:
+        (state,) = conn.execute(
+            "SELECT state FROM actions WHERE action_id = ?", (action_id,)
+        ).fetchone()
+        if state != "pending":
+            raise PermanentError(f"action id {action_id} already finished ({state}); not reused")
 
     def mark_delivered(self, action_ids: Iterable[str], at: float | None = None) -> None:
         """The durable delivery marker, written before the response reaches the node."""

@@ -173,16 +173,12 @@ def update_status(
     status = decision.status
     assert status is not None
     if status.terminal:
+        # fencing compares this with heartbeat receipt times: both in the controller's
+        # clock, so a node's skewed ``observed_at`` (kept in ``receipts``) cannot move it
         conn.execute(
             "UPDATE actions SET state = ?, acknowledged = ?, finished_at = ?, observed_at = ? "
             "WHERE action_id = ?",
-            (
-                status.value,
-                int(decision.acknowledged),
-                now,
-                receipt.observed_at if receipt.observed_at is not None else now,
-                receipt.action_id,
-            ),
+            (status.value, int(decision.acknowledged), now, now, receipt.action_id),
         )
     else:
         conn.execute(

@@ -312,3 +312,26 @@ def test_a_corrupt_database_is_quarantined_and_the_clean_store_recommends(
     reopened.close()
     # the warning stays visible across restarts until an operator clears it
     assert any("corrupt" in w for w in ControllerStore(tmp_path, clock=clock).warnings)
+
+
+def test_enqueueing_twice_is_harmless_but_a_finished_id_is_never_reused(
+    store: ControllerStore,
+) -> None:
+    p = queued()
+    store.apply_tick([p], [], ControllerMemory())
+    assert store.apply_tick([p], [], ControllerMemory()) == ()
+    assert len(store.pending()) == 1
+    store.record_acknowledgement(_ack(p.action_id, ReceiptStatus.FAILED))
+    with pytest.raises(PermanentError):
+        store.apply_tick([p], [], ControllerMemory())
+    assert store.pending() == ()  # the failed transaction wrote nothing
+
+
+def test_fencing_time_is_the_controllers_receipt_time(
+    store: ControllerStore, clock: FakeClock
+) -> None:
+    p = queued()
+    store.apply_tick([p], [], ControllerMemory())
+    store.record_acknowledgement(_ack(p.action_id, ReceiptStatus.SUCCEEDED, observed_at=T0 + 9e6))
+    (entry,) = store.history()
+    assert entry.effective_at == clock.now
