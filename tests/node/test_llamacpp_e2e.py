@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -90,8 +91,7 @@ def test_warm_serve_fence_drain_unload(node_parts: NodeParts) -> None:
     print(f"unload: {time.monotonic() - t0:.2f}s")
     after = parts.store.residency(MODEL_ID)
     assert after is not None and after.state is ResidencyState.CACHED and after.pid is None
-    parts.runtime.reap()
-    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()
+    wait_for(lambda: (parts.runtime.reap(), not Path(f"/proc/{pid}").exists())[1], 10)
 
 
 def test_sigkill_of_child_is_reported_failed(node_parts: NodeParts) -> None:
@@ -134,8 +134,12 @@ def test_new_adapter_instance_adopts_the_same_pid_and_can_drain_and_unload(
         second.actuator.unload(LifecycleRequest("unload", MODEL_ID))
         row = second.store.residency(MODEL_ID)
         assert row is not None and row.state is ResidencyState.CACHED and row.pid is None
-        first.runtime.reap()
-        assert not Path(f"/proc/{pid}").exists()
+
+        def gone() -> bool:
+            first.runtime.reap()  # the test process is still the child's parent
+            return not Path(f"/proc/{pid}").exists()
+
+        wait_for(gone, 10)
     finally:
         second.store.close()
 
@@ -166,3 +170,43 @@ def test_pid_whose_birth_time_does_not_match_is_fenced_and_never_signalled(
     finally:
         second.store.close()
         stop_proven(real.identity, grace=5.0)
+
+
+def test_unload_of_a_busy_child_fails_safe_and_only_force_cuts_it(node_parts: NodeParts) -> None:
+    parts = node_parts
+    parts.actuator.unload_idle_timeout = 0.5
+    pid, port = warm_gemma(parts)
+    outcome: dict[str, object] = {}
+
+    def long_generation() -> None:
+        try:
+            outcome["response"] = httpx.post(
+                f"http://127.0.0.1:{port}/completion",
+                json={"prompt": "Count slowly:", "n_predict": 450, "ignore_eos": True},
+                headers={"Authorization": f"Bearer {parts.api_key}"},
+                timeout=120,
+            ).status_code
+        except httpx.HTTPError as exc:
+            outcome["error"] = type(exc).__name__
+
+    worker = threading.Thread(target=long_generation, daemon=True)
+    worker.start()
+    wait_for(lambda: (seen := parts.runtime.activity(port)) is not None and seen.processing > 0)
+    parts.actuator.refresh()
+    busy = parts.store.residency(MODEL_ID)
+    assert busy is not None and busy.active_requests == 1 and busy.last_used_at is not None
+
+    parts.actuator.drain(LifecycleRequest("drain", MODEL_ID))
+    with pytest.raises(ActionFailure) as info:
+        parts.actuator.unload(LifecycleRequest("unload", MODEL_ID))
+    assert info.value.reason == "requests_in_flight"
+    row = parts.store.residency(MODEL_ID)
+    assert row is not None and row.state is ResidencyState.DRAINING and row.pid == pid
+    assert row.identity is not None and check_identity(row.identity) is Liveness.PROVEN
+    print("busy child: non-force unload refused (requests_in_flight), child kept")
+
+    parts.actuator.unload(LifecycleRequest("unload", MODEL_ID, force=True))
+    row = parts.store.residency(MODEL_ID)
+    assert row is not None and row.state is ResidencyState.CACHED and row.pid is None
+    worker.join(30)
+    assert "response" in outcome or "error" in outcome
