@@ -72,7 +72,7 @@ class ExplanationBook:
                         CandidateExplanation(
                             host_id=host_id,
                             rejection=entry.code.value,
-                            detail=entry.detail,
+                            detail=f"{entry.detail} [{note}]" if note else entry.detail,
                             chosen=chosen,
                         )
                     )

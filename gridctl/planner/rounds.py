@@ -55,7 +55,7 @@ def _reason(ws: Workspace, model_id: str, index: int, demand_class: DemandClass)
 
 
 def place_one(ws: Workspace, model_id: str, index: int, demand_class: DemandClass) -> Outcome:
-    dead = ws.dead.setdefault(model_id, set())
+    dead = ws.dead.setdefault(model_id, {})
     hosts = ws.ordered_hosts(model_id)
     choice = choose_host(ws, model_id, hosts, dead=dead)
     codes = set(choice.codes)

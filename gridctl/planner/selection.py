@@ -201,7 +201,7 @@ def choose_host(
     model_id: str,
     hosts: tuple[str, ...] | list[str],
     relax_domains: bool = False,
-    dead: set[str] | None = None,
+    dead: dict[str, RejectionCode] | None = None,
 ) -> Choice:
     """The best feasible host among ``hosts`` (ordered by static score, best first).
 
@@ -212,6 +212,7 @@ def choose_host(
     codes: set[RejectionCode] = set()
     for host_id in hosts:
         if dead is not None and host_id in dead:
+            codes.add(dead[host_id])
             continue
         if best is not None:
             _, bound = ws.static_score(model_id, host_id)
@@ -225,9 +226,11 @@ def choose_host(
             rejection = evaluate(ws, shaped)
         if rejection is not None:
             codes.add(rejection.code)
-            ws.explain.reject(model_id, host_id, rejection)
+            if rejection.code is not RejectionCode.ALREADY_ASSIGNED:
+                # a host holding a replica keeps the explanation that chose it
+                ws.explain.reject(model_id, host_id, rejection)
             if dead is not None and rejection.code in MONOTONE_CODES:
-                dead.add(host_id)
+                dead[host_id] = rejection.code
             continue
         assert not isinstance(shaped, Rejection)
         ws.explain.score(model_id, host_id, shaped.components, shaped.score)

@@ -68,7 +68,7 @@ class Workspace:
         self.eligible: dict[str, tuple[str, ...]] = {}
         self.eligible_set: dict[str, frozenset[str]] = {}
         self.static_codes: dict[str, set[RejectionCode]] = {}
-        self.dead: dict[str, set[str]] = {}
+        self.dead: dict[str, dict[str, RejectionCode]] = {}
         self.compatible_count: dict[str, int] = {}
         for model_id, profile in self.profiles.items():
             eligible: list[str] = []
