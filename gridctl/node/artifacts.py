@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+import psutil
+
 from gridctl.errors import PermanentError, TransientError
 from gridctl.node.records import CachedArtifact
 from gridctl.node.statestore import NodeStateStore
@@ -85,18 +87,23 @@ def resolve_source(source: str) -> Path:
 class ArtifactCache:
     """Content-addressed GGUF files under ``root``, indexed by model id in the store."""
 
-    def __init__(self, root: Path, store: NodeStateStore) -> None:
+    def __init__(self, root: Path, store: NodeStateStore, *, shared: bool = False) -> None:
         self.root = Path(root)
         self.objects = self.root / "objects"
         self.staging = self.root / "staging"
         self.store = store
+        self.shared = shared  # several logical nodes on one machine share the objects
         for path in (self.root, self.objects, self.staging):
             path.mkdir(parents=True, exist_ok=True)
         self._clear_stale_staging()
 
     def _clear_stale_staging(self) -> None:
-        # A partial copy left by a crash is never trusted or resumed here.
+        # A partial copy left by a crashed process is never trusted or resumed. Another
+        # live node sharing this cache may be copying right now: its files stay.
         for leftover in self.staging.iterdir():
+            owner = leftover.name.rsplit(".partial-", 1)[-1].split("-", 1)[0]
+            if owner.isdigit() and int(owner) != os.getpid() and psutil.pid_exists(int(owner)):
+                continue
             leftover.unlink(missing_ok=True)
 
     def object_path(self, sha256: str) -> Path:
@@ -160,7 +167,7 @@ class ArtifactCache:
         free, _total = self.disk()
         if free < size + DISK_MARGIN_BYTES:
             raise TransientError(f"insufficient_disk: {free} bytes free, {size} needed", 60.0)
-        staged = self.staging / f"{sha256}.partial-{secrets.token_hex(4)}"
+        staged = self.staging / f"{sha256}.partial-{os.getpid()}-{secrets.token_hex(4)}"
         digest, copied = hashlib.sha256(), 0
         try:
             with open(origin, "rb") as src, open(staged, "xb") as dst:
@@ -194,6 +201,8 @@ class ArtifactCache:
         if entry is None:
             return False
         self.store.delete_cached_artifact(model_id)
+        if self.shared:
+            return True  # other nodes may use the object; only this node's entry goes
         still_indexed = {c.sha256 for c in self.store.cached_artifacts()}
         if entry.sha256 not in still_indexed and entry.sha256 not in in_use:
             Path(entry.path).unlink(missing_ok=True)

@@ -71,7 +71,7 @@ class NodeConfig:
     stop_idle_timeout: float = 30.0
     unload_idle_timeout: float = 30.0
     binary: Path | None = None
-    artifact_dir: Path | None = None  # default: <state_dir>/artifacts
+    artifact_dir: Path | None = None  # a shared cache; default: private <state_dir>/artifacts
 
     def facts(self) -> HostFacts:
         capacity = self.capacity_mb
@@ -117,7 +117,11 @@ def build_node(
         log_dir=config.state_dir / "logs",
         settings=config.engine,
     )
-    cache = ArtifactCache(config.artifact_dir or config.state_dir / ARTIFACTS, store)
+    cache = ArtifactCache(
+        config.artifact_dir or config.state_dir / ARTIFACTS,
+        store,
+        shared=config.artifact_dir is not None,
+    )
     actuator = HostActuator(
         store=store,
         cache=cache,

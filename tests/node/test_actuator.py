@@ -156,3 +156,27 @@ def test_reused_pid_with_other_identity_is_not_signalled(tmp_path: Path) -> None
     assert row is not None and row.fenced and row.message == "identity_unproven"
     with pytest.raises(ActionFailure):
         act.unload(LifecycleRequest("unload", "m", force=True))
+
+
+def test_child_is_stopped_when_its_handle_cannot_be_recorded(tmp_path: Path) -> None:
+    script = tmp_path / "fake-engine"
+    script.write_text("#!/bin/sh\nsleep 60\n")
+    script.chmod(0o755)
+    runtime = LlamaCppRuntime(
+        binary=script, key_file=tmp_path / "k", api_key="k", log_dir=tmp_path / "logs"
+    )
+
+    class FailingJournal:
+        pid = 0
+
+        def spawned(self, model_id: str, pid: int, port: int) -> None:
+            self.pid = pid
+            raise OSError("disk full")
+
+        def proven(self, model_id: str, identity: object) -> None:  # pragma: no cover
+            raise AssertionError("never reached")
+
+    journal = FailingJournal()
+    with pytest.raises(OSError):
+        runtime.spawn("m", tmp_path / "w.gguf", 29960, journal)  # type: ignore[arg-type]
+    assert journal.pid and not Path(f"/proc/{journal.pid}").exists()

@@ -86,7 +86,7 @@ def test_fetch_without_a_digest_is_refused(tmp_path: Path, cache: ArtifactCache)
 def test_stale_staging_files_are_cleared_on_open(tmp_path: Path) -> None:
     store = NodeStateStore(tmp_path / "node.sqlite3")
     first = ArtifactCache(tmp_path / "cache", store)
-    (first.staging / "abc.partial-1").write_bytes(b"half")
+    (first.staging / "abc.partial-999999998-1").write_bytes(b"half")
     ArtifactCache(tmp_path / "cache", store)
     assert list(first.staging.iterdir()) == []
 
@@ -111,3 +111,30 @@ def test_evict_keeps_objects_still_in_use(tmp_path: Path, cache: ArtifactCache) 
     cache.acquire("b", sha256=sha, source=None, size_ceiling_mb=None, now=NOW)
     assert cache.evict("b", in_use=set())
     assert not cache.object_path(sha).exists()
+
+
+def test_staging_of_a_live_sharing_node_is_kept(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    store = NodeStateStore(tmp_path / "node.sqlite3")
+    first = ArtifactCache(tmp_path / "cache", store, shared=True)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        busy = first.staging / f"abc.partial-{other.pid}-1"
+        busy.write_bytes(b"copying")
+        dead = first.staging / "abc.partial-999999999-1"
+        dead.write_bytes(b"crashed")
+        ArtifactCache(tmp_path / "cache", store, shared=True)
+        assert busy.exists() and not dead.exists()
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_shared_cache_evict_only_forgets_the_entry(tmp_path: Path) -> None:
+    uri, sha = weights(tmp_path, "m.gguf", b"shared between logical nodes")
+    cache = ArtifactCache(tmp_path / "cache", NodeStateStore(tmp_path / "a.db"), shared=True)
+    cache.acquire("m", sha256=sha, source=uri, size_ceiling_mb=1, now=NOW)
+    assert cache.evict("m", in_use=set())
+    assert cache.object_path(sha).exists() and cache.store.cached_artifact("m") is None
