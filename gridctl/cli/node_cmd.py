@@ -152,6 +152,7 @@ def run_start(args: argparse.Namespace) -> int:
         logging.basicConfig(
             level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per probe is noise
         try:
             return run_daemon(config, instance_id=args.instance_id or secrets.token_hex(8))
         except GridctlError as exc:
