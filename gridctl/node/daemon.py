@@ -199,8 +199,10 @@ def daemon_identity(record: dict[str, object]) -> ProcessIdentity | None:
     try:
         cmdline = record["cmdline"]
         instance = str(record["instance_id"])
-        if not isinstance(cmdline, list) or not instance or instance not in cmdline:
+        if not isinstance(cmdline, list) or not instance:
             return None  # a legacy or ambiguous record cannot prove anything
+        if "--instance-id" in cmdline and instance not in cmdline:
+            return None  # the argv names another instance
         return ProcessIdentity(
             pid=int(record["pid"]),  # type: ignore[call-overload]
             create_time=float(record["create_time"]),  # type: ignore[arg-type]

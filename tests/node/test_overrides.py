@@ -77,9 +77,37 @@ def test_stop_refuses_a_record_that_cannot_prove_an_identity(
                 "create_time": 0.0,
                 "executable": "/x",
                 "cmdline": ["python"],
-                "instance_id": "abc",
+                "instance_id": "",
             }
         )
     )
     assert main(["node", "stop", "--state-dir", str(tmp_path)]) == 1
     assert "cannot prove" in capsys.readouterr().out
+
+
+def test_stop_never_signals_a_pid_whose_birth_time_does_not_match(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import subprocess
+    import sys
+
+    from gridctl.node.processes import observe_identity
+
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        seen = observe_identity(bystander.pid)
+        assert seen is not None
+        record = {
+            "pid": seen.pid,
+            "create_time": seen.create_time - 3600.0,  # a reused PID: born at another time
+            "executable": seen.executable,
+            "cmdline": list(seen.cmdline),
+            "instance_id": "abc",
+        }
+        (tmp_path / "daemon.json").write_text(json.dumps(record))
+        assert main(["node", "stop", "--state-dir", str(tmp_path)]) == 1
+        assert "not signalling" in capsys.readouterr().out
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
