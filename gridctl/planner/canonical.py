@@ -38,16 +38,62 @@ def dumps(value: JsonValue) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
+_FIELDS: dict[type, tuple[str, ...]] = {}  # dataclass field names; bounded by the types
+
+
+def canonical_text(value: object, strings: dict[str, str] | None = None) -> str:
+    """``dumps(canonical(value))``, built in one pass without re-serialising sort keys.
+
+    ``strings`` memoises the JSON text of repeated strings within one call tree.
+    """
+    memo: dict[str, str] = {} if strings is None else strings
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, Enum):
+        value = value.value
+    if isinstance(value, str):
+        text = memo.get(value)
+        if text is None:
+            text = memo[value] = json.dumps(value, ensure_ascii=True)
+        return text
+    if isinstance(value, (int, float)):
+        return json.dumps(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        names = _FIELDS.get(type(value))
+        if names is None:
+            names = _FIELDS[type(value)] = tuple(sorted(f.name for f in dataclasses.fields(value)))
+        inner = ",".join(
+            f"{canonical_text(n, memo)}:{canonical_text(getattr(value, n), memo)}" for n in names
+        )
+        return "{" + inner + "}"
+    if isinstance(value, Mapping):
+        items = sorted((str(k), v) for k, v in value.items())
+        body = ",".join(f"{canonical_text(k, memo)}:{canonical_text(v, memo)}" for k, v in items)
+        return "{" + body + "}"
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return "[" + ",".join(sorted(canonical_text(v, memo) for v in value)) + "]"
+    return canonical_text(str(value), memo)
+
+
 def input_digest(
     profiles: Sequence[ModelProfile], snapshot: FleetSnapshot, policy: ControllerPolicy
 ) -> str:
     """SHA-256 of the canonical serialisation of every planning input."""
-    document = {
-        "profiles": canonical(list(profiles)),
-        "snapshot": canonical(snapshot),
-        "policy": canonical(policy),
-    }
-    return hashlib.sha256(dumps(document).encode("ascii")).hexdigest()
+    strings: dict[str, str] = {}
+    text = (
+        '{"policy":'
+        + canonical_text(policy, strings)
+        + ',"profiles":'
+        + canonical_text(list(profiles), strings)
+        + ',"snapshot":'
+        + canonical_text(snapshot, strings)
+        + "}"
+    )
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
 def plan_to_json(plan: Plan) -> dict[str, JsonValue]:

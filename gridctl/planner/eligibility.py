@@ -90,8 +90,8 @@ def gpu_memory(profile: ModelProfile, view: HostView) -> Rejection | None:
     return None
 
 
-STATIC_FILTERS: tuple[StaticFilter, ...] = (
-    host_admission,
+# Filters that depend only on a host's shape (``HostView.shape``), never its id.
+SHAPE_FILTERS: tuple[StaticFilter, ...] = (
     runtime,
     backend,
     data_tier,
@@ -99,24 +99,48 @@ STATIC_FILTERS: tuple[StaticFilter, ...] = (
     forbidden_tags,
     allow_list,
     deny_list,
-    pins,
     gpu_count,
     gpu_memory,
 )
-
-# The subset that decides whether a host is compatible at all, ignoring its
-# current lifecycle: used for "future-compatible" host sets (scarcity) and to
-# tell a missing pin from an incompatible one.
-COMPATIBILITY_FILTERS: tuple[StaticFilter, ...] = STATIC_FILTERS[1:]
+STATIC_FILTERS: tuple[StaticFilter, ...] = (host_admission, *SHAPE_FILTERS, pins)
 
 
-def static_rejection(profile: ModelProfile, view: HostView) -> Rejection | None:
-    for check in STATIC_FILTERS:
+class EligibilityMemo:
+    """Static filters evaluated once per (model, host shape), not per host.
+
+    Fleets are built from a few kinds of machine, so a thousand hosts usually
+    have a handful of shapes; only pins depend on the host id itself.
+    """
+
+    def __init__(self) -> None:
+        self._shape: dict[tuple[str, object], Rejection | None] = {}
+
+    def shape_rejection(self, profile: ModelProfile, view: HostView) -> Rejection | None:
+        key = (profile.name, view.shape)
+        if key not in self._shape:
+            self._shape[key] = _first(SHAPE_FILTERS, profile, view)
+        return self._shape[key]
+
+    def static_rejection(self, profile: ModelProfile, view: HostView) -> Rejection | None:
+        """The first static rejection, in ``STATIC_FILTERS`` order."""
+        if view.admission is not None:
+            return view.admission
+        return self.shape_rejection(profile, view) or pins(profile, view)
+
+    def compatible(self, profile: ModelProfile, view: HostView) -> bool:
+        """Could the host take the model if its lifecycle allowed (future-compatible)?"""
+        return self.shape_rejection(profile, view) is None and pins(profile, view) is None
+
+
+def _first(
+    chain: tuple[StaticFilter, ...], profile: ModelProfile, view: HostView
+) -> Rejection | None:
+    for check in chain:
         rejection = check(profile, view)
         if rejection is not None:
             return rejection
     return None
 
 
-def compatible(profile: ModelProfile, view: HostView) -> bool:
-    return all(check(profile, view) is None for check in COMPATIBILITY_FILTERS)
+def static_rejection(profile: ModelProfile, view: HostView) -> Rejection | None:
+    return _first(STATIC_FILTERS, profile, view)

@@ -47,15 +47,52 @@ class ExplanationBook:
         self,
         targets: Mapping[str, ReplicaTarget],
         hosts: tuple[str, ...],
-        unscored: Callable[[str, str], Components],
+        unscored: Callable[[str, str], Components | None],
     ) -> tuple[ModelExplanation, ...]:
-        """Freeze the book; ``unscored`` supplies components for hosts never evaluated."""
-        interned: dict[tuple[str, float], ScoreComponent] = {}
+        """Freeze the book; ``unscored`` supplies static components for hosts never evaluated.
 
-        def component(part: tuple[str, float]) -> ScoreComponent:
-            found = interned.get(part)
+        It returns None when the model never searched for a host (its incumbents
+        already met the target); such hosts are listed as eligible, unscored.
+        """
+        interned: dict[tuple[str, float], ScoreComponent] = {}
+        frozen_parts: dict[Components, tuple[ScoreComponent, ...]] = {}
+        shared: dict[tuple[object, ...], CandidateExplanation] = {}
+
+        def components(parts: Components) -> tuple[ScoreComponent, ...]:
+            found = frozen_parts.get(parts)
             if found is None:
-                found = interned[part] = ScoreComponent(part[0], part[1])
+                built = []
+                for part in parts:
+                    component = interned.get(part)
+                    if component is None:
+                        component = interned[part] = ScoreComponent(part[0], part[1])
+                    built.append(component)
+                found = frozen_parts[parts] = tuple(built)
+            return found
+
+        def candidate(host_id: str, entry: Entry, chosen: bool, note: str) -> CandidateExplanation:
+            # identical explanations of one host (across models) share one value
+            key = (host_id, entry, chosen, note)
+            found = shared.get(key)
+            if found is not None:
+                return found
+            if isinstance(entry, Rejection):
+                found = CandidateExplanation(
+                    host_id=host_id,
+                    rejection=entry.code.value,
+                    detail=f"{entry.detail} [{note}]" if note else entry.detail,
+                    chosen=chosen,
+                )
+            else:
+                parts, score = entry
+                found = CandidateExplanation(
+                    host_id=host_id,
+                    detail=note,
+                    score=score if parts else None,
+                    components=components(parts),
+                    chosen=chosen,
+                )
+            shared[key] = found
             return found
 
         explanations: list[ModelExplanation] = []
@@ -67,30 +104,15 @@ class ExplanationBook:
                 entry = entries.get(host_id)
                 chosen = (model_id, host_id) in self._chosen
                 note = self._notes.get((model_id, host_id), "")
-                if isinstance(entry, Rejection):
-                    candidates.append(
-                        CandidateExplanation(
-                            host_id=host_id,
-                            rejection=entry.code.value,
-                            detail=f"{entry.detail} [{note}]" if note else entry.detail,
-                            chosen=chosen,
-                        )
-                    )
-                    continue
                 if entry is None:
                     parts = unscored(model_id, host_id)
-                    entry = (parts, total(parts))
-                    note = note or "not evaluated: a better host was found first"
-                parts, score = entry
-                candidates.append(
-                    CandidateExplanation(
-                        host_id=host_id,
-                        detail=note,
-                        score=score,
-                        components=tuple(component(p) for p in parts),
-                        chosen=chosen,
-                    )
-                )
+                    if parts is None:
+                        entry = ((), 0.0)
+                        note = note or "eligible; not scored: incumbents already meet the target"
+                    else:
+                        entry = (parts, total(parts))
+                        note = note or "not evaluated: a better host was found first"
+                candidates.append(candidate(host_id, entry, chosen, note))
             explanations.append(
                 ModelExplanation(
                     model_id=model_id,

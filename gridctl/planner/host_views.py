@@ -69,9 +69,12 @@ class HostView:
     fixed_mb: int  # live managed memory that no plan may remove (pinned residencies)
     fixed_models: frozenset[str]  # models no plan may remove (unmanaged or pinned)
     cached: frozenset[tuple[str, str | None]]
+    cached_digests: Mapping[str, frozenset[str | None]]
     failures: Mapping[str, int]
     active_requests: int
     by_model: Mapping[str, tuple[LiveResidency, ...]]
+    shape: tuple[object, ...]  # every fact static eligibility reads, except the host id
+    score_shape: tuple[object, ...]  # every host fact static scoring reads
 
     @property
     def host_id(self) -> str:
@@ -87,10 +90,11 @@ class HostView:
 
     def has_exact_artifact(self, profile: ModelProfile) -> bool:
         """Cached weights of exactly the profile's artifact (any digest when none is declared)."""
+        digests = self.cached_digests.get(profile.name)
+        if digests is None:
+            return False
         sha = profile.artifact.sha256
-        if sha is None:
-            return any(model == profile.name for model, _ in self.cached)
-        return (profile.name, sha) in self.cached
+        return sha is None or sha in digests
 
     def residencies_of(self, model_id: str) -> tuple[LiveResidency, ...]:
         return self.by_model.get(model_id, ())
@@ -164,7 +168,29 @@ def build_host_view(
         fixed_mb=fixed,
         fixed_models=frozenset(fixed_models),
         cached=frozenset(cached),
+        cached_digests={
+            model: frozenset(sha for m, sha in cached if m == model) for model, _ in cached
+        },
         failures=dict(host.failed_attempts),
         active_requests=sum(r.active_requests for r in host.residencies),
         by_model=by_model,
+        shape=(
+            tuple(sorted(res.runtimes)),
+            tuple(sorted(res.backends)),
+            tuple(sorted(res.allowed_data_tiers)),
+            tuple(sorted(res.tags)),
+            tuple(sorted(res.allowed_models)),
+            tuple(sorted(res.denied_models)),
+            res.gpu_count,
+            res.gpu_memory_mb,
+        ),
+        score_shape=(
+            res.measured_tokens_per_second,
+            res.memory_bandwidth_gbps,
+            res.compute_gflops,
+            res.measured_latency_ms,
+            res.host_priority,
+            host.state is HostState.THROTTLED,
+            sum(r.active_requests for r in host.residencies),
+        ),
     )

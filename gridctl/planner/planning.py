@@ -106,7 +106,7 @@ def assemble(ws: Workspace, digest: str) -> Plan:
         )
         for (model_id, code), shortfall in sorted(ws.shortfalls.items())
     ]
-    explanations = ws.explain.build(ws.targets, ws.host_ids, lambda m, h: ws.static_score(m, h)[0])
+    explanations = ws.explain.build(ws.targets, ws.host_ids, ws.searched_static_parts)
     return Plan(
         input_digest=digest,
         now=ws.now,

@@ -23,7 +23,7 @@ from gridctl.domain import (
     Preemption,
     UnsatisfiedCode,
 )
-from gridctl.planner.eligibility import compatible, static_rejection
+from gridctl.planner.eligibility import EligibilityMemo
 from gridctl.planner.explaining import ExplanationBook
 from gridctl.planner.host_views import SATISFYING_STATES, HostView, LiveResidency, build_host_view
 from gridctl.planner.ledgers import HostLedger
@@ -70,18 +70,19 @@ class Workspace:
         self.static_codes: dict[str, set[RejectionCode]] = {}
         self.dead: dict[str, dict[str, RejectionCode]] = {}
         self.compatible_count: dict[str, int] = {}
+        memo = EligibilityMemo()
         for model_id, profile in self.profiles.items():
             eligible: list[str] = []
             codes: set[RejectionCode] = set()
             count = 0
             for host_id, view in self.views.items():
-                rejection = static_rejection(profile, view)
+                rejection = memo.static_rejection(profile, view)
                 if rejection is None:
                     eligible.append(host_id)
                 else:
                     codes.add(rejection.code)
                     self.explain.reject(model_id, host_id, rejection)
-                if compatible(profile, view):
+                if memo.compatible(profile, view):
                     count += 1
             self.eligible[model_id] = tuple(eligible)
             self.eligible_set[model_id] = frozenset(eligible)
@@ -99,6 +100,7 @@ class Workspace:
         self.preemptions: dict[tuple[str, str], Preemption] = {}
         self.shortfalls: dict[tuple[str, UnsatisfiedCode], Shortfall] = {}
         self._static: dict[tuple[str, str], tuple[Components, float]] = {}
+        self._static_by_shape: dict[tuple[object, ...], tuple[Components, float]] = {}
         self._ordered: dict[str, tuple[str, ...]] = {}
 
     # -- incumbents ----------------------------------------------------------
@@ -143,16 +145,28 @@ class Workspace:
             need = 0.0
             if self.scarcity is not None:
                 need = self.scarcity.need(host_id, len(self.eligible[model_id]))
-            parts = static_components(
-                profile,
-                view,
-                self.incumbent(model_id, host_id),
-                self.norms,
-                target.performance_factor,
+            incumbent = self.incumbent(model_id, host_id)
+            shape = (
+                model_id,
+                view.score_shape,
+                None if incumbent is None else incumbent.residency.state,
+                view.has_exact_artifact(profile),
+                view.failures.get(model_id, 0),
                 need,
-                self.policy,
             )
-            found = self._static[key] = (parts, total(parts))
+            found = self._static_by_shape.get(shape)
+            if found is None:
+                parts = static_components(
+                    profile,
+                    view,
+                    incumbent,
+                    self.norms,
+                    target.performance_factor,
+                    need,
+                    self.policy,
+                )
+                found = self._static_by_shape[shape] = (parts, total(parts))
+            self._static[key] = found
         return found
 
     def ordered_hosts(self, model_id: str) -> tuple[str, ...]:
@@ -166,6 +180,12 @@ class Workspace:
             )
             self._ordered[model_id] = found
         return found
+
+    def searched_static_parts(self, model_id: str, host_id: str) -> Components | None:
+        """Static score parts of a host the model's search ranked, or None if it never searched."""
+        if model_id not in self._ordered:
+            return None
+        return self.static_score(model_id, host_id)[0]
 
     # -- books ---------------------------------------------------------------
     def record_assignment(self, assignment: Assignment) -> None:

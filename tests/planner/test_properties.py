@@ -78,3 +78,13 @@ def test_output_is_independent_of_input_order_and_byte_identical(inputs: Inputs)
     shuffler.shuffle(shuffled_profiles)
     shuffled = replace(snapshot, hosts=tuple(hosts), demand=tuple(demand))
     assert plan_bytes(plan_placement(shuffled_profiles, shuffled, policy)) == first
+
+
+@PROPERTY
+@given(planning_inputs(max_hosts=6))
+def test_canonical_text_matches_sorted_json(inputs: Inputs) -> None:
+    from gridctl.planner.canonical import canonical, canonical_text, dumps
+
+    profiles, snapshot, policy = inputs
+    for value in (snapshot, policy, list(profiles)):
+        assert canonical_text(value) == dumps(canonical(value))
