@@ -10,7 +10,7 @@ preemption wave, already-drained before idle before busy victims; then ids.
 
 Limits: a global and a per-host count of concurrent mutations, where every
 pending action (delivered or not) holds a slot, and an exact-artifact load
-fanout counting pending and observed running loads. A dependent warm whose
+fanout counting pending and observed running loads of the same digest. A dependent warm whose
 load is held back is held back too. When a slot is full, an undelivered
 constructive action of a strictly lower service class may be withdrawn (a
 leaf warm before its load, the newest first); delivered actions keep their
@@ -87,12 +87,12 @@ class Governor:
         self.withdrawn: list[Cancellation] = []
         self._held: set[str] = {p.action_id for p in self.pending}
         self._per_host: dict[str, int] = {}
-        self._loads: dict[str, set[str]] = {}
+        self._loads: dict[str, set[tuple[str, str]]] = {}  # identity -> (host, model)
         for p in self.pending:
             self._per_host[p.action.host_id] = self._per_host.get(p.action.host_id, 0) + 1
-            if p.action.kind is ActionKind.LOAD:
-                identity = artifact_identity(p.action.model_id, p.action.artifact_sha256)
-                self._loads.setdefault(identity, set()).add(p.action.host_id)
+            identity = artifact_identity(p.action.artifact_sha256)
+            if p.action.kind is ActionKind.LOAD and identity is not None:
+                self._loads.setdefault(identity, set()).add((p.action.host_id, p.action.model_id))
 
     def holds(self, action_id: str) -> bool:
         """Is this action pending or admitted this tick (so a dependant may follow it)?"""
@@ -106,10 +106,11 @@ class Governor:
 
     def admit(self, p: Proposal, action_id: str) -> BlockedCode | None:
         """Admit ``p`` or say which limit holds it back; may withdraw lower-class work."""
-        identity = artifact_identity(p.model_id, p.artifact_sha256)
-        if p.kind is ActionKind.LOAD:
+        identity = artifact_identity(p.artifact_sha256)
+        if p.kind is ActionKind.LOAD and identity is not None:
             loading = self._loads.get(identity, set()) | self._view.running_loads(identity)
-            if p.host_id not in loading and len(loading) >= self._policy.artifact_fanout:
+            replica = (p.host_id, p.model_id)
+            if replica not in loading and len(loading) >= self._policy.artifact_fanout:
                 return BlockedCode.ARTIFACT_FANOUT
         host_full = self._host_used(p.host_id) >= self._policy.max_concurrent_mutations_per_host
         global_full = self._global_used() >= self._policy.max_concurrent_mutations
@@ -120,8 +121,8 @@ class Governor:
             self._drop(victim)
         self.admitted[action_id] = p.host_id
         self._per_host[p.host_id] = self._per_host.get(p.host_id, 0) + 1
-        if p.kind is ActionKind.LOAD:
-            self._loads.setdefault(identity, set()).add(p.host_id)
+        if p.kind is ActionKind.LOAD and identity is not None:
+            self._loads.setdefault(identity, set()).add((p.host_id, p.model_id))
         return None
 
     def _lower_class_victim(self, p: Proposal, on_host: bool) -> PendingAction | None:
@@ -168,8 +169,9 @@ class Governor:
         )
         a = victim.action
         if a.kind is ActionKind.LOAD:
-            hosts = self._loads.get(artifact_identity(a.model_id, a.artifact_sha256))
+            identity = artifact_identity(a.artifact_sha256)
+            hosts = self._loads.get(identity) if identity is not None else None
             if hosts is not None:
-                hosts.discard(a.host_id)
+                hosts.discard((a.host_id, a.model_id))
             for dependant in [p for p in self.pending if a.action_id in p.action.depends_on]:
                 self._drop(dependant)

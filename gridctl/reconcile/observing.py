@@ -28,9 +28,10 @@ def artifact_matches(residency_sha: str | None, wanted_sha: str | None) -> bool:
     return wanted_sha is None or residency_sha == wanted_sha
 
 
-def artifact_identity(model_id: str, sha: str | None) -> str:
-    """The fanout key: the exact artifact, or the model when no digest is declared."""
-    return f"sha256:{sha}" if sha else f"model:{model_id}"
+def artifact_identity(sha: str | None) -> str | None:
+    """The fanout key: the exact artifact. Without a declared digest there is no
+    autonomous fetch (it requires one), so no download stampede to limit."""
+    return f"sha256:{sha}" if sha else None
 
 
 @dataclass(frozen=True)
@@ -64,13 +65,13 @@ class FleetView:
         for tombstone in memory.tombstones:
             self._sha.setdefault(tombstone.model_id, tombstone.artifact_sha256)
         self._ready: dict[str, list[ReadyReplica]] = {}
-        self._loading: dict[str, set[str]] = {}
+        self._loading: dict[str, set[tuple[str, str]]] = {}
         for host in snapshot.hosts:
             for r in host.residencies:
                 if r.state is ResidencyState.LOADING and r.ownership is Ownership.MANAGED:
-                    sha = r.artifact_sha256 or self._sha.get(r.model_id)
-                    identity = artifact_identity(r.model_id, sha)
-                    self._loading.setdefault(identity, set()).add(host.host_id)
+                    identity = artifact_identity(r.artifact_sha256 or self._sha.get(r.model_id))
+                    if identity is not None:
+                        self._loading.setdefault(identity, set()).add((host.host_id, r.model_id))
         for host in sorted(snapshot.hosts, key=lambda h: h.host_id):
             if not self.is_routable(host.host_id):
                 continue
@@ -148,6 +149,9 @@ class FleetView:
         """READY residencies of the exact revision on routable hosts, by host id."""
         return tuple(self._ready.get(model_id, ()))
 
-    def running_loads(self, identity: str) -> frozenset[str]:
-        """Hosts where a managed load of this exact artifact is observed running."""
+    def running_loads(self, identity: str) -> frozenset[tuple[str, str]]:
+        """(host, model) replicas observed running a managed load of this exact artifact.
+
+        A load that reports no digest counts toward its model's declared artifact:
+        an unproven load may still be joining the same download."""
         return frozenset(self._loading.get(identity, ()))

@@ -228,3 +228,27 @@ def test_delivery_preserves_service_order_with_fifo_inside_a_class() -> None:
     older_high = pending_of(ActionKind.WARM, "h1", "c", cls=DIRECT, queued=3)
     order = delivery_order([old_low, new_high, older_high])
     assert [p.action.model_id for p in order] == ["c", "b", "a"]
+
+
+def test_fanout_counts_replicas_not_hosts() -> None:
+    # two models share one artifact; one is already loading on the host the other wants
+    profs = profiles(profile("m", sha=SHA_A), profile("twin", sha=SHA_A))
+    result = run(
+        plan(assign("m", "h1")),
+        fleet(host("h1", res("twin", ResidencyState.LOADING, sha=SHA_A))),
+        profs,
+        pol=policy(artifact_fanout=1),
+    )
+    assert find(result, ActionKind.LOAD, "h1", "m").blocked == BlockedCode.ARTIFACT_FANOUT
+
+
+def test_loads_without_a_declared_digest_are_not_fanout_limited() -> None:
+    profs = profiles(profile("plain"))
+    result = run(
+        plan(*(assign("plain", f"h{i}") for i in range(1, 4))),
+        fleet(*(host(f"h{i}") for i in range(1, 4))),
+        profs,
+        pol=policy(artifact_fanout=1),
+    )
+    loads = [a for a in result.actions if a.kind is ActionKind.LOAD]
+    assert len(loads) == 3 and all(a.executable for a in loads)

@@ -236,7 +236,7 @@ def test_no_action_on_external_manual_or_pinned_residencies(s: tuple[object, ...
 @SETTINGS
 @given(scenarios())
 def test_never_more_executable_actions_than_the_governors_allow(s: tuple[object, ...]) -> None:
-    _, snapshot, _, pol, pending, _ = s
+    _, snapshot, profs, pol, pending, _ = s
     assert isinstance(pol, ControllerPolicy) and isinstance(snapshot, FleetSnapshot)
     result = _run(s)
     cancelled = {c.action_id for c in result.cancellations}
@@ -248,21 +248,25 @@ def test_never_more_executable_actions_than_the_governors_allow(s: tuple[object,
         mine = sum(1 for a in new if a.host_id == h)
         assert mine <= max(0, pol.max_concurrent_mutations_per_host - held)
     for sha in (SHA_A, SHA_B):
+        # replicas (host, model) loading this exact artifact, pending or observed running
+        wants = {m for m, p in profs.items() if p.artifact_sha256 == sha}  # type: ignore[attr-defined]
         loading = {
-            p.action.host_id
+            (p.action.host_id, p.action.model_id)
             for p in kept
             if p.action.kind is ActionKind.LOAD and p.action.artifact_sha256 == sha
         }
         loading |= {
-            h.host_id
+            (h.host_id, r.model_id)
             for h in snapshot.hosts
             for r in h.residencies
             if r.state is ResidencyState.LOADING
-            and r.artifact_sha256 == sha
             and r.ownership is Ownership.MANAGED
+            and (r.artifact_sha256 == sha or (r.artifact_sha256 is None and r.model_id in wants))
         }
         starting = {
-            a.host_id for a in new if a.kind is ActionKind.LOAD and a.artifact_sha256 == sha
+            (a.host_id, a.model_id)
+            for a in new
+            if a.kind is ActionKind.LOAD and a.artifact_sha256 == sha
         } - loading
         assert len(starting) <= max(0, pol.artifact_fanout - len(loading))
     assert all(a.executable for a in new)
@@ -306,14 +310,18 @@ def test_progress_an_unmet_target_with_a_free_host_and_slots_gets_an_action(
         if any(r.model_id == m for r in h.residencies):
             return False
         sha = profs[m].artifact_sha256  # type: ignore[index]
+        # a managed load reporting no digest counts toward its model's declared artifact
         running = {
-            x.host_id
+            (x.host_id, r.model_id)
             for x in snapshot.hosts
             for r in x.residencies
             if r.state is ResidencyState.LOADING
             and r.ownership is Ownership.MANAGED
-            and r.artifact_sha256 == sha
             and sha
+            and (
+                r.artifact_sha256 == sha
+                or (r.artifact_sha256 is None and profs[r.model_id].artifact_sha256 == sha)  # type: ignore[index]
+            )
         }
         return len(running) < pol.artifact_fanout
 
