@@ -40,6 +40,7 @@ class FleetSettings:
     host: str = "127.0.0.1"
     port: int = 22100
     capacity_mb: int = 0  # per logical host, computed when 0
+    engine_port_base: int = PORT_BASE
 
     def key(self) -> dict[str, object]:
         return {k: v for k, v in asdict(self).items() if k != "capacity_mb"}
@@ -142,7 +143,7 @@ def start_fleet(settings: FleetSettings, *, detached: bool, say: object = print)
         node_dir.mkdir(parents=True, exist_ok=True)
         token_file = node_dir / "node.token"
         write_secret_file(token_file, issue_node_credential(key, host_id, now=time.time()) + "\n")
-        first = PORT_BASE + (i - 1) * PORTS_PER_HOST
+        first = settings.engine_port_base + (i - 1) * PORTS_PER_HOST
         log = root / "logs" / f"{host_id}.log"
         proc = _spawn(
             [

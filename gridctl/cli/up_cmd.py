@@ -56,6 +56,13 @@ def _fleet_args(parser: argparse.ArgumentParser) -> None:
         help="where state and logs go (default ~/.local/state/gridctl/up)",
     )
     parser.add_argument("--port", type=int, default=22100, help="controller port (default 22100)")
+    parser.add_argument(
+        "--engine-port-base",
+        type=int,
+        default=23000,
+        metavar="PORT",
+        help="first engine port; each logical host gets 50 (default 23000)",
+    )
 
 
 def _settings(args: argparse.Namespace) -> FleetSettings:
@@ -65,6 +72,7 @@ def _settings(args: argparse.Namespace) -> FleetSettings:
         watch_dir=str(Path(args.watch).resolve()),
         state_root=str(Path(root).resolve()),
         port=args.port,
+        engine_port_base=args.engine_port_base,
     )
 
 

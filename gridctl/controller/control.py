@@ -338,7 +338,7 @@ class Controller:
             pending = tuple(self.state.pending.values())
             history = tuple(self.state.history)
         self.demand.configure(profiles)
-        snapshot = self.registry.snapshot(now, self.demand.forecast(now))
+        snapshot = self.registry.snapshot(now, self.demand.forecast(now, desired.policy))
         plan = plan_placement(desired.profiles, snapshot, desired.policy)
         result = reconcile(
             plan, snapshot, profiles, desired.policy, mode, pending, history, now, memory=memory

@@ -12,19 +12,18 @@ import threading
 from collections import deque
 from collections.abc import Iterable
 
-from gridctl.domain import ModelDemand
+from gridctl.domain import ControllerPolicy, ModelDemand
 from gridctl.router.telemetry import RequestObservation
 
 MAX_OBSERVATIONS_PER_MODEL = 20_000
-WINDOW_SECONDS = 300.0
+RATE_WINDOW_BUCKETS = 5  # the rate is measured over the most recent five buckets
 
 
 class DemandBook:
-    def __init__(self, window_seconds: float = WINDOW_SECONDS) -> None:
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._series: dict[str, deque[RequestObservation]] = {}
         self._configured: frozenset[str] = frozenset()
-        self.window_seconds = window_seconds
         self.revision = 0  # advances on every accepted observation
 
     def configure(self, models: Iterable[str]) -> None:
@@ -49,14 +48,32 @@ class DemandBook:
             series.append(observation)
             self.revision += 1
 
-    def forecast(self, now: float) -> tuple[ModelDemand, ...]:
+    def forecast(self, now: float, policy: ControllerPolicy) -> tuple[ModelDemand, ...]:
+        """Demand per configured model that has crossed the evidence gate.
+
+        A model needs ``portfolio_min_observations`` requests in the window, or
+        ``portfolio_min_offered_concurrency`` of device-time pressure, before its
+        demand can place a replica: one cheap request never churns a model in.
+        """
+        window = policy.demand_bucket_seconds * RATE_WINDOW_BUCKETS
+        retention = policy.demand_bucket_seconds * policy.demand_window_buckets
         with self._lock:
-            series = {m: list(s) for m, s in self._series.items()}
-        return tuple(
-            demand
-            for model in sorted(series)
-            if (demand := _forecast_one(model, series[model], now, self.window_seconds))
-        )
+            for series in self._series.values():
+                while series and series[0].t < now - max(window, retention):
+                    series.popleft()
+            snapshot = {m: list(s) for m, s in self._series.items()}
+        result = []
+        for model in sorted(snapshot):
+            demand = _forecast_one(model, snapshot[model], now, window)
+            if demand is None:
+                continue
+            if (
+                demand.sample_count < policy.portfolio_min_observations
+                and demand.offered_concurrency < policy.portfolio_min_offered_concurrency
+            ):
+                continue
+            result.append(demand)
+        return tuple(result)
 
 
 def _forecast_one(

@@ -68,7 +68,7 @@ def _host(h: HostSnapshot) -> dict[str, Any]:
 def snapshot_document(ctl: Controller) -> dict[str, Any]:
     """The observation the controller would plan against right now."""
     now = ctl.clock()
-    snap = ctl.registry.snapshot(now, ctl.demand.forecast(now))
+    snap = ctl.registry.snapshot(now, ctl.demand.forecast(now, ctl.policy()))
     return {
         "schema_version": 1,
         "now": now,

