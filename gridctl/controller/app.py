@@ -23,7 +23,7 @@ from gridctl.controller.desired import ApiDesired
 from gridctl.controller.snapshotting import snapshot_document
 from gridctl.controller.statusdoc import build_status
 from gridctl.domain import Mode
-from gridctl.errors import WireError
+from gridctl.errors import PermanentError, WireError
 
 MAX_JSON_BYTES = 4 * 1024 * 1024
 COMMAND_WAIT_SECONDS = 5.0
@@ -130,13 +130,16 @@ class ControllerApp:
         if not isinstance(reason, str) or len(reason) > 512:
             raise WireError("reason must be a string of at most 512 characters", "/reason")
         if body.get("clear") is True:
-            self.ctl.set_override(None, reason)
+            mode = None
         else:
             try:
                 mode = Mode(body.get("mode"))
             except ValueError:
                 raise WireError("mode must be observe, recommend or automatic", "/mode") from None
+        try:
             self.ctl.set_override(mode, reason)
+        except PermanentError as exc:
+            return error(409, str(exc))
         await asyncio.to_thread(self.ctl.tick)
         effective, refused = self.ctl.effective_mode()
         return JSONResponse({"effective": effective.value, "refused_automatic": refused})

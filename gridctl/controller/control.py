@@ -15,12 +15,15 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
+from gridctl.controller.authority import AuthorityLease
 from gridctl.controller.demandbook import DemandBook
 from gridctl.controller.desired import DesiredProvider
 from gridctl.controller.registry import Registry
+from gridctl.controller.store import ControllerStore
+from gridctl.controller.timings import TimingKind, estimate
 from gridctl.domain import (
     ControllerPolicy,
     DesiredState,
@@ -28,18 +31,17 @@ from gridctl.domain import (
     Mode,
     ModelProfile,
     Plan,
+    Receipt,
     ReceiptStatus,
 )
 from gridctl.planner import plan_placement
 from gridctl.reconcile import (
-    ControllerMemory,
-    HistoryEntry,
     PendingAction,
     PlanGeneration,
     ReconcileResult,
+    StartupEstimate,
     command_to_json,
     delivery_order,
-    judge_acknowledgement,
     newly_retired,
     reconcile,
     retire_profiles,
@@ -61,11 +63,11 @@ class ModeOverride:
 
 @dataclass
 class Authority:
-    """Who may issue executable commands: filled in by the authority lease."""
+    """Who may issue executable commands: kept current from the authority lease."""
 
     controller_id: str
     term: int = 0
-    holds: bool = True
+    holds: bool = False
     lease_expires_at: float | None = None
 
 
@@ -77,43 +79,34 @@ class TickRecord:
     error: str | None = None
 
 
-@dataclass
-class ControllerState:
-    """What the controller carries between ticks (persisted by the store)."""
-
-    pending: dict[str, PendingAction] = field(default_factory=dict)
-    history: deque[HistoryEntry] = field(default_factory=lambda: deque(maxlen=MAX_HISTORY))
-    memory: ControllerMemory = field(default_factory=ControllerMemory)
-    override: ModeOverride | None = None
-    epoch: str = field(default_factory=lambda: secrets.token_hex(8))
-    sequence: int = 0
-    queue_seq: int = 0
-    watermarks: dict[str, float] = field(default_factory=dict)
-
-
 class Controller:
-    """One controller process's brain; thread-safe. HTTP lives in ``app.py``."""
+    """One controller process's brain; thread-safe. HTTP lives in ``app.py``.
+
+    The store holds everything that must survive a restart (pending and finished
+    actions, the reconciler's memory, the mode override, plan generations,
+    learned timings, demand watermarks); the rest is rebuilt from heartbeats.
+    """
 
     def __init__(
         self,
         *,
         desired: DesiredProvider,
         registry: Registry,
+        store: ControllerStore,
         clock: Callable[[], float] = time.time,
-        authority: Authority | None = None,
-        state: ControllerState | None = None,
-        durable: bool = False,
-        persist: Callable[[ControllerState], None] | None = None,
+        lease: AuthorityLease | None = None,
+        controller_id: str | None = None,
         warnings: list[str] | None = None,
         demand: DemandBook | None = None,
     ) -> None:
         self.desired = desired
         self.registry = registry
+        self.store = store
         self.clock = clock
-        self.authority = authority or Authority(controller_id=secrets.token_hex(8))
-        self.state = state or ControllerState()
-        self.durable = durable
-        self._persist_hook = persist
+        self.lease = lease
+        self.authority = Authority(
+            controller_id=lease.controller_id if lease else controller_id or secrets.token_hex(8)
+        )
         self.warnings: list[str] = list(warnings or [])
         self.demand = demand or DemandBook()
         self.started_at = clock()
@@ -131,12 +124,14 @@ class Controller:
         self.last_success_ms: float | None = None
         self.delivery_safety_error: str | None = None
         self._previous_profiles: dict[str, ModelProfile] | None = None
-        if state is not None and (state.pending or state.history):
-            # restored commands get the bounded membership-recovery grace
-            self.state.memory = replace(
-                self.state.memory, grace=RestartGrace(restarted_at=self.started_at)
-            )
-        self.registry.restore_watermarks(self.state.watermarks)
+        # restored commands get the bounded membership-recovery grace (in memory only)
+        self._grace: RestartGrace | None = (
+            RestartGrace(restarted_at=self.started_at) if store.pending() else None
+        )
+        self.registry.restore_watermarks(
+            {m: used for m, (used, _peak) in store.watermarks().items() if used is not None}
+        )
+        self.renew_authority()
 
     # -- small helpers -------------------------------------------------------------
 
@@ -145,13 +140,6 @@ class Controller:
         row.update(fields)
         with self._lock:
             self.events.append(row)
-
-    def _persist(self) -> None:
-        if self._persist_hook is None:
-            return
-        with self._lock:
-            self.state.watermarks = self.registry.last_used_watermarks()
-            self._persist_hook(self.state)
 
     def mark_dirty(self, *, safety: bool = False) -> int:
         with self._lock:
@@ -169,31 +157,68 @@ class Controller:
         current = self.desired.current
         return current.policy if current else ControllerPolicy()
 
+    def all_warnings(self) -> list[str]:
+        found = list(self.store.warnings) + self.warnings
+        if self.lease is not None:
+            found += self.lease.warnings
+        return found
+
+    def renew_authority(self) -> None:
+        """Renew or take the single-writer lease (without a state dir there is none)."""
+        if self.lease is None:
+            return
+        grant = self.lease.acquire()
+        with self._lock:
+            if grant is None:
+                if self.authority.holds:
+                    self.event("authority_lost", message="another controller holds the lease")
+                self.authority.holds = False
+                self.authority.lease_expires_at = None
+                return
+            if not self.authority.holds or grant.term != self.authority.term:
+                self.event("authority_acquired", message=f"term {grant.term}")
+            self.authority.holds = True
+            self.authority.term = grant.term
+            self.authority.lease_expires_at = grant.expires_at
+        self.store.note_term(grant.term)
+
+    def override(self) -> ModeOverride | None:
+        mode = self.store.mode_override()
+        if mode is None:
+            return None
+        info = self.store.overrides()
+        detail = info.get("mode") or {}
+        reason = info.get("mode_reason") or {}
+        return ModeOverride(
+            mode=mode,
+            reason=str(reason.get("reason", "")) if isinstance(reason, dict) else "",
+            set_at=float(reason.get("set_at", 0.0)) if isinstance(reason, dict) else 0.0,
+            source=str(detail.get("source", "operator")) if isinstance(detail, dict) else "",
+        )
+
     def effective_mode(self) -> tuple[Mode, str | None]:
         """The mode in force and, when automatic was asked for but refused, why."""
-        wanted = self.state.override.mode if self.state.override else self.policy().mode
-        if wanted is Mode.AUTOMATIC:
-            if not self.durable:
-                return Mode.RECOMMEND, "automatic refused: no durable state path"
-            if not self.authority.holds:
-                return Mode.RECOMMEND, "automatic refused: another controller holds authority"
-        return wanted, None
+        mode, refused = self.store.effective_mode(self.policy().mode)
+        if mode is Mode.AUTOMATIC and not self.authority.holds:
+            return Mode.RECOMMEND, "automatic refused: another controller holds authority"
+        return mode, refused
 
     # -- operator actions ----------------------------------------------------------
 
     def set_override(self, mode: Mode | None, reason: str = "") -> None:
+        """Set (or clear, with None) the operator's mode; raises PermanentError when the
+        store cannot honour automatic."""
         with self._lock:
             before, _ = self.effective_mode()
+            self.store.set_mode_override(mode)
             if mode is None:
-                self.state.override = None
                 self.event("mode_override_cleared", message=reason)
             else:
-                self.state.override = ModeOverride(mode, reason, self.clock())
+                self.store.set_override("mode_reason", {"reason": reason, "set_at": self.clock()})
                 self.event("mode_override_set", message=f"{mode.value}: {reason}".strip(": "))
             after, _ = self.effective_mode()
             if before is Mode.AUTOMATIC and after is not Mode.AUTOMATIC:
                 self.event("automatic_left", message="pending commands are cancelled")
-            self._persist()
         self.mark_dirty(safety=True)
 
     # -- intake --------------------------------------------------------------------
@@ -212,76 +237,32 @@ class Controller:
         changed = before is None or (
             before.state != record.state or before.residencies != record.residencies
         )
-        with self._lock:
-            for ack in payload.get("acknowledgements", []) or []:
-                self._apply_ack(ack, now)
+        for ack in payload.get("acknowledgements", []) or []:
+            self._apply_ack(ack)
         return self.mark_dirty(safety=changed)
 
-    def _apply_ack(self, ack: dict[str, Any], now: float) -> None:
-        action_id = str(ack["action_id"])
-        incoming = ReceiptStatus(ack["status"])
-        held = self.state.pending.get(action_id)
-        if held is not None:
-            decision = judge_acknowledgement(held.status, incoming, acknowledged=False)
-            if not decision.changed or decision.status is None:
-                return
-            if decision.status.terminal:
-                del self.state.pending[action_id]
-                self._finish(held, decision.status, now, acknowledged=True, ack=ack)
-            else:
-                self.state.pending[action_id] = replace(held, status=decision.status)
-            return
-        for index, entry in enumerate(self.state.history):
-            if entry.action_id != action_id:
-                continue
-            decision = judge_acknowledgement(
-                entry.status, incoming, acknowledged=entry.acknowledged
-            )
-            if decision.changed and decision.status is not None:
-                self.state.history[index] = replace(
-                    entry, status=decision.status, acknowledged=True, observed_at=now
-                )
-                self.event(
-                    "late_acknowledgement",
-                    action_id=action_id,
-                    host_id=entry.host_id,
-                    model_id=entry.model_id,
-                    message=decision.status.value,
-                )
-            return
-
-    def _finish(
-        self,
-        pending: PendingAction,
-        status: ReceiptStatus,
-        now: float,
-        *,
-        acknowledged: bool,
-        ack: dict[str, Any] | None = None,
-    ) -> None:
-        action = pending.action
-        self.state.history.append(
-            HistoryEntry(
-                action_id=action.action_id,
-                kind=action.kind,
-                host_id=action.host_id,
-                model_id=action.model_id,
-                artifact_sha256=action.artifact_sha256,
-                attempt=action.attempt,
-                status=status,
-                finished_at=now,
-                observed_at=now if acknowledged else None,
-                acknowledged=acknowledged,
-            )
+    def _apply_ack(self, ack: dict[str, Any]) -> None:
+        duration = ack.get("duration_seconds")
+        receipt = Receipt(
+            action_id=str(ack["action_id"]),
+            status=ReceiptStatus(ack["status"]),
+            message=str(ack.get("message", ""))[:4096],
+            duration_seconds=float(duration) if isinstance(duration, (int, float)) else None,
+            artifact_fetched=bool(ack.get("artifact_fetched", False)),
+            observed_at=self.clock(),  # controller receipt time fences observations
         )
-        duration = ack.get("duration_seconds") if ack else None
+        result = self.store.record_acknowledgement(receipt, self.policy())
+        if result is None or not result.decision.changed or result.entry is None:
+            return
+        entry = result.entry
+        late = result.decision.outcome.value == "completed_late"
         self.event(
-            f"{action.kind.value}_{status.value}",
-            host_id=action.host_id,
-            model_id=action.model_id,
-            action_id=action.action_id,
-            message=str(ack.get("message", "")) if ack else "",
-            duration_seconds=duration if isinstance(duration, (int, float)) else None,
+            f"{entry.kind.value}_{entry.status.value}",
+            host_id=entry.host_id,
+            model_id=entry.model_id,
+            action_id=entry.action_id,
+            message=("late: " if late else "") + receipt.message,
+            duration_seconds=receipt.duration_seconds,
         )
 
     # -- the tick ------------------------------------------------------------------
@@ -293,6 +274,7 @@ class Controller:
             with self._lock:
                 dirty = self.revisions["dirty"]
             try:
+                self.renew_authority()
                 self._tick_once()
             except Exception as exc:  # a failed tick must not kill the loop
                 log.exception("tick failed")
@@ -313,6 +295,30 @@ class Controller:
                 self._tick_done.notify_all()
             return record
 
+    def _startup_estimates(
+        self, profiles: dict[str, ModelProfile], now: float, policy: ControllerPolicy
+    ) -> dict[tuple[str, str], StartupEstimate]:
+        """Learned load (cold fetch) and warm times per (host, model), priors otherwise."""
+        learned = self.store.timings()
+        result: dict[tuple[str, str], StartupEstimate] = {}
+        for (host, model, artifact, kind), timing in learned.items():
+            profile = profiles.get(model)
+            if profile is None or artifact != (profile.artifact.sha256 or ""):
+                continue  # a new checksum starts from the configured priors
+            current = result.get(
+                (host, model), StartupEstimate(profile.load_seconds, profile.warm_seconds)
+            )
+            if kind == TimingKind.TRANSFER.value:
+                current = StartupEstimate(
+                    estimate(profile.load_seconds, timing, now, policy), current.warm_seconds
+                )
+            elif kind == TimingKind.WARM.value:
+                current = StartupEstimate(
+                    current.load_seconds, estimate(profile.warm_seconds, timing, now, policy)
+                )
+            result[(host, model)] = current
+        return result
+
     def _tick_once(self) -> None:
         now = self.clock()
         desired = self.desired.current
@@ -320,62 +326,69 @@ class Controller:
             raise RuntimeError("no valid desired state yet")
         profiles = {p.name: p for p in desired.profiles}
         mode, _ = self.effective_mode()
-        with self._lock:
-            memory = self.state.memory
-            if self._previous_profiles is not None:
-                tombstones = retire_profiles(
-                    memory.tombstones, self._previous_profiles, profiles, now
+        memory = replace(self.store.memory(), grace=self._grace)
+        if self._previous_profiles is not None:
+            tombstones = retire_profiles(memory.tombstones, self._previous_profiles, profiles, now)
+            for model in newly_retired(memory.tombstones, tombstones):
+                self.demand.clear(model)
+                self.store.clear_demand(model)
+                self.event(
+                    "profile_retired",
+                    model_id=model,
+                    message="tombstone: drain and unload every managed copy",
                 )
-                for model in newly_retired(memory.tombstones, tombstones):
-                    self.demand.clear(model)
-                    self.event(
-                        "profile_retired",
-                        model_id=model,
-                        message="tombstone: drain and unload every managed copy",
-                    )
-                memory = replace(memory, tombstones=tombstones)
-            self._previous_profiles = profiles
-            pending = tuple(self.state.pending.values())
-            history = tuple(self.state.history)
+            memory = replace(memory, tombstones=tombstones)
+        self._previous_profiles = profiles
+        pending = self.store.pending()
+        history = self.store.history(limit=MAX_HISTORY)
         self.demand.configure(profiles)
         snapshot = self.registry.snapshot(now, self.demand.forecast(now, desired.policy))
         plan = plan_placement(desired.profiles, snapshot, desired.policy)
         result = reconcile(
-            plan, snapshot, profiles, desired.policy, mode, pending, history, now, memory=memory
+            plan,
+            snapshot,
+            profiles,
+            desired.policy,
+            mode,
+            pending,
+            history,
+            now,
+            memory=memory,
+            startup=self._startup_estimates(profiles, now, desired.policy),
         )
+        generation = self.store.next_plan_generation(plan.input_digest)
+        held = {p.action_id: p for p in pending}
+        self.store.apply_tick(
+            result.enqueue,
+            result.cancellations,
+            replace(result.memory, grace=None),
+            plan_generation=generation,
+        )
+        for model, used in self.registry.last_used_watermarks().items():
+            self.store.set_watermark(model, used)
         with self._lock:
-            self._apply_result(result, now)
-            self.state.sequence += 1
-            digest = plan.input_digest.split(":")[-1]
-            self.last_generation = PlanGeneration(self.state.epoch, self.state.sequence, digest)
+            self._grace = result.memory.grace
+            for cancellation in result.cancellations:
+                cancelled = held.get(cancellation.action_id)
+                if cancelled is not None:
+                    self.event(
+                        "cancelled",
+                        action_id=cancelled.action_id,
+                        host_id=cancelled.action.host_id,
+                        model_id=cancelled.action.model_id,
+                        message=cancellation.reason.value,
+                    )
+            for entry in result.enqueue:
+                action = entry.action
+                self.event(
+                    "issued",
+                    action_id=action.action_id,
+                    host_id=action.host_id,
+                    model_id=action.model_id,
+                    message=f"{action.kind.value}: {action.reason}",
+                )
+            self.last_generation = generation
             self.last_plan, self.last_result, self.last_snapshot = plan, result, snapshot
-            self._persist()
-
-    def _apply_result(self, result: ReconcileResult, now: float) -> None:
-        for cancellation in result.cancellations:
-            held = self.state.pending.pop(cancellation.action_id, None)
-            if held is None:
-                continue
-            self._finish(held, ReceiptStatus.CANCELLED, now, acknowledged=False)
-            self.event(
-                "cancelled",
-                action_id=held.action_id,
-                host_id=held.action.host_id,
-                model_id=held.action.model_id,
-                message=cancellation.reason.value,
-            )
-        for entry in result.enqueue:
-            self.state.queue_seq += 1
-            self.state.pending[entry.action_id] = replace(entry, queued=self.state.queue_seq)
-            action = entry.action
-            self.event(
-                "issued",
-                action_id=action.action_id,
-                host_id=action.host_id,
-                model_id=action.model_id,
-                message=f"{action.kind.value}: {action.reason}",
-            )
-        self.state.memory = result.memory
 
     def wait_for_tick(self, revision: int, timeout: float) -> bool:
         """Block until a tick has processed ``revision`` (or ``timeout`` passes)."""
@@ -398,8 +411,9 @@ class Controller:
             return []
         policy = self.policy()
         delivered: list[dict[str, Any]] = []
+        newly: list[PendingAction] = []
         with self._lock:
-            mine = [p for p in self.state.pending.values() if p.action.host_id == host_id]
+            mine = [p for p in self.store.pending() if p.action.host_id == host_id]
             for held in delivery_order(mine):
                 action = held.action
                 if not action.executable:
@@ -412,16 +426,7 @@ class Controller:
                         self.delivery_safety_error = problem
                         continue
                 if not held.delivered:
-                    self.state.pending[action.action_id] = replace(
-                        held, delivered=True, delivered_at=now
-                    )
-                    self.event(
-                        "delivered",
-                        action_id=action.action_id,
-                        host_id=host_id,
-                        model_id=action.model_id,
-                        message=action.kind.value,
-                    )
+                    newly.append(held)
                 command = command_to_json(
                     action,
                     plan_generation=str(self.last_generation),
@@ -430,8 +435,17 @@ class Controller:
                     controller_lease_expires_at=self.authority.lease_expires_at,
                 )
                 delivered.append(self._with_artifact_source(command))
-            if delivered:
-                self._persist()  # the delivery marker is durable before the response
+            if newly:
+                # the delivery marker is durable before the response leaves
+                self.store.mark_delivered([p.action_id for p in newly], now)
+                for held in newly:
+                    self.event(
+                        "delivered",
+                        action_id=held.action_id,
+                        host_id=host_id,
+                        model_id=held.action.model_id,
+                        message=held.action.kind.value,
+                    )
         return delivered
 
     def _with_artifact_source(self, command: dict[str, Any]) -> dict[str, Any]:
@@ -474,7 +488,7 @@ class Controller:
     def heartbeat_response(self, host_id: str, commands: list[dict[str, Any]]) -> dict[str, Any]:
         mode, _ = self.effective_mode()
         ttl = None
-        if self.authority.lease_expires_at is not None:
+        if self.authority.holds and self.authority.lease_expires_at is not None:
             ttl = max(0.0, self.authority.lease_expires_at - self.clock())
         return {
             "ttl_seconds": self.policy().command_ttl_seconds,

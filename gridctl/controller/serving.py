@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import secrets
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -22,10 +23,12 @@ import uvicorn
 from starlette.applications import Starlette
 
 from gridctl.controller.app import ControllerApp
+from gridctl.controller.authority import AuthorityLease
 from gridctl.controller.control import Controller
 from gridctl.controller.desired import ApiDesired, DesiredProvider
 from gridctl.controller.registry import Registry
 from gridctl.controller.statusdoc import build_status
+from gridctl.controller.store import ControllerStore
 from gridctl.controller.watching import DesiredSource, watch_directory
 from gridctl.credentials import (
     CredentialError,
@@ -91,11 +94,26 @@ class ControllerService:
         else:
             self.source = None
             desired = ApiDesired(clock)
+        self.store = ControllerStore(state_dir, clock=clock)
+        self.lease = (
+            AuthorityLease(
+                state_dir,
+                secrets.token_hex(8),
+                lease_seconds=desired.current.policy.controller_lease_seconds
+                if desired.current
+                else 15.0,
+                clock=clock,
+                term_floor=self.store.highest_term(),
+            )
+            if state_dir is not None
+            else None
+        )
         self.controller = Controller(
             desired=desired,
             registry=self.registry,
+            store=self.store,
             clock=clock,
-            durable=state_dir is not None,
+            lease=self.lease,
             warnings=list(options.extra_warnings),
         )
         self.tap = TelemetryTap()
@@ -150,6 +168,8 @@ class ControllerService:
         if self._tick_thread is not None:
             self._tick_thread.join(timeout=30)
             self._tick_thread = None
+        if self.lease is not None:
+            self.lease.release()  # a clean stop hands authority over without waiting
 
     async def probe_once(self, client: httpx.AsyncClient) -> None:
         """Probe every advertised child engine once; a 200 from /health corroborates it."""

@@ -88,7 +88,7 @@ def _models(ctl: Controller, now: float, mode: Mode) -> list[dict[str, Any]]:
     desired = ctl.current_desired()
     plan: Plan | None = ctl.last_plan
     targets = dict(plan.targets) if plan else {}
-    pending_models = {p.action.model_id for p in ctl.state.pending.values()}
+    pending_models = {p.action.model_id for p in ctl.store.pending()}
     proposed_models = (
         {a.model_id for a in (ctl.last_result.actions + ctl.last_result.deferred)}
         if ctl.last_result
@@ -98,7 +98,7 @@ def _models(ctl: Controller, now: float, mode: Mode) -> list[dict[str, Any]]:
     for u in plan.unsatisfied if plan else ():
         unmet.setdefault(u.model_id, []).append(f"{u.code.value}: {u.message}")
     rows = []
-    tombstoned = {t.model_id for t in ctl.state.memory.tombstones}
+    tombstoned = {t.model_id for t in ctl.store.memory().tombstones}
     for model_id in sorted(({p.name for p in desired.profiles} if desired else set()) | tombstoned):
         retiring = model_id in tombstoned
         want = 0 if retiring else targets.get(model_id, 0)
@@ -158,11 +158,12 @@ def build_status(ctl: Controller) -> dict[str, Any]:
     now = ctl.clock()
     mode, refused = ctl.effective_mode()
     desired = ctl.current_desired()
-    override = ctl.state.override
+    override = ctl.override()
+    memory = ctl.store.memory()
     plan = ctl.last_plan
     result = ctl.last_result
     with ctl._lock:
-        pending = sorted(ctl.state.pending.values(), key=lambda p: (p.queued, p.action_id))
+        pending = sorted(ctl.store.pending(), key=lambda p: (p.queued, p.action_id))
         pending_rows = [_pending_json(p) for p in pending]
         delivered_ids = sorted(p.action_id for p in pending if p.delivered)
         withdrawn = [
@@ -176,7 +177,7 @@ def build_status(ctl: Controller) -> dict[str, Any]:
                 "reason": f"withdrawn at {w.withdrawn_at:.0f}",
                 "created_at": w.withdrawn_at,
             }
-            for w in ctl.state.memory.withdrawn
+            for w in memory.withdrawn
         ]
         history = list(ctl.events)[-200:]
         revisions = dict(ctl.revisions)
@@ -186,14 +187,14 @@ def build_status(ctl: Controller) -> dict[str, Any]:
                 "created_at": t.retired_at,
                 "reason": "profile removed; target zero replicas",
             }
-            for t in ctl.state.memory.tombstones
+            for t in memory.tombstones
         ]
     hosts = _hosts(ctl, now)
     models = _models(ctl, now, mode)
     plan_json = plan_to_json(plan) if plan else None
     if plan_json is not None:
         plan_json["generation"] = str(ctl.last_generation) if ctl.last_generation else None
-    warnings = list(ctl.warnings)
+    warnings = ctl.all_warnings()
     if refused:
         warnings.append(refused)
     return {
