@@ -103,6 +103,9 @@ class ControllerClient:
             )
         return response.json() if response.content else None
 
+    def call_admin(self, method: str, path: str, **kwargs: Any) -> Any:
+        return self._call(method, path, admin=True, **kwargs)
+
     def status(self) -> dict[str, Any]:
         result: dict[str, Any] = self._call("GET", "/allocator/status")
         return result

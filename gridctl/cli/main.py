@@ -14,6 +14,7 @@ COMMAND_MODULES = (
     "gridctl.cli.status_cmd",
     "gridctl.cli.up_cmd",
     "gridctl.cli.chat_cmd",
+    "gridctl.cli.join_cmd",
     "gridctl.cli.plan_cmd",
     "gridctl.cli.split_cmd",
     "gridctl.cli.node_cmd",

@@ -26,6 +26,7 @@ from gridctl.domain import Mode
 from gridctl.errors import PermanentError, WireError
 
 MAX_JSON_BYTES = 4 * 1024 * 1024
+EXTERNAL_KINDS = ("llama.cpp", "vllm", "ollama", "openai")
 COMMAND_WAIT_SECONDS = 5.0
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -83,6 +84,7 @@ class ControllerApp:
             Route("/allocator/snapshot", guarded(self.snapshot), methods=["GET"]),
             Route("/allocator/mode", guarded(self.mode), methods=["PUT"]),
             Route("/allocator/tick", guarded(self.tick), methods=["POST"]),
+            Route("/allocator/external/{name}", guarded(self.external), methods=["PUT"]),
             Route(
                 "/allocator/models/{model_id:path}", guarded(self.models), methods=["PUT", "DELETE"]
             ),
@@ -154,6 +156,30 @@ class ControllerApp:
             "error": record.error,
         }
         return JSONResponse(body, status_code=200 if record.ok else 500)
+
+    async def external(self, request: Request) -> Response:
+        """Register an engine gridctl does not manage: routable inventory, never actuated."""
+        require_operator(request, self.operator_token)
+        name = request.path_params["name"]
+        body = await read_json(request)
+        if not isinstance(body, dict):
+            raise WireError("body must be an object")
+        endpoint, model, kind = body.get("endpoint"), body.get("model_id"), body.get("kind")
+        if not isinstance(endpoint, str) or not endpoint.startswith(("http://", "https://")):
+            raise WireError("endpoint must be an http(s) URL", "/endpoint")
+        if not isinstance(model, str) or not model:
+            raise WireError("model_id is required", "/model_id")
+        if kind not in EXTERNAL_KINDS:
+            raise WireError(f"kind must be one of {', '.join(EXTERNAL_KINDS)}", "/kind")
+        concurrency = body.get("max_concurrency", 1)
+        if not isinstance(concurrency, int) or concurrency < 1:
+            raise WireError("max_concurrency must be a positive integer", "/max_concurrency")
+        self.ctl.registry.register_external(
+            name, endpoint.rstrip("/"), model, kind, self.ctl.clock(), max_concurrency=concurrency
+        )
+        self.ctl.event("external_joined", host_id=name, model_id=model, message=kind)
+        self.ctl.mark_dirty(safety=True)
+        return JSONResponse({"host_id": name, "model_id": model, "kind": kind})
 
     async def models(self, request: Request) -> Response:
         require_operator(request, self.operator_token)

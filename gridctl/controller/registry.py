@@ -115,6 +115,58 @@ class Registry:
             self._hosts[host_id] = record
             return record
 
+    def register_external(
+        self,
+        name: str,
+        endpoint: str,
+        model_id: str,
+        runtime: str,
+        now: float,
+        *,
+        max_concurrency: int = 1,
+        capacity_mb: int = 0,
+    ) -> HostRecord:
+        """Inventory for an engine gridctl does not manage (``gridctl join``): routable once
+        probed, counted as capacity evidence, never actuated."""
+        payload = {
+            "role": "external",
+            "host_id": name,
+            "models": [model_id],
+            "resources": {
+                "capacity_mb": capacity_mb,
+                "runtimes": [runtime],
+                "failure_domain": f"external-{name}",
+                "tags": ["external"],
+            },
+            "allocator": {
+                "schema_version": 1,
+                "state": "accepting",
+                "residencies": [
+                    {
+                        "model_id": model_id,
+                        "memory_mb": 0,
+                        "state": "ready",
+                        "ownership": "external",
+                        "managed": False,
+                        "runtime": runtime,
+                        "endpoint": endpoint,
+                        "max_concurrency": max_concurrency,
+                    }
+                ],
+            },
+        }
+        return self.register(name, payload, now)
+
+    def refresh_external(self, now: float) -> None:
+        """External inventory has no heartbeat; its lease is kept by the probe instead."""
+        with self._lock:
+            for record in self._hosts.values():
+                if record.role == "external" and any(
+                    r.corroborated_at is not None and now - r.corroborated_at <= 5.0
+                    for r in record.routes.values()
+                ):
+                    record.last_heartbeat = now
+
     def heartbeat(self, host_id: str, payload: Any, now: float) -> HostRecord:
         validate_wire(HEARTBEAT_SCHEMA, payload)
         with self._lock:

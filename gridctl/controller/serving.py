@@ -174,19 +174,29 @@ class ControllerService:
     async def probe_once(self, client: httpx.AsyncClient) -> None:
         """Probe every advertised child engine once; a 200 from /health corroborates it."""
         for host_id, model_id, endpoint in self.registry.probe_targets():
-            try:
-                response = await client.get(endpoint.rstrip("/") + "/health", timeout=2.0)
-            except httpx.HTTPError:
+            if not await self._answers(client, endpoint):
                 continue
+            was = self.registry.routable(model_id, self.options.clock())
+            self.registry.corroborate(host_id, model_id, endpoint, self.options.clock())
+            if not any(r.host_id == host_id for r in was):
+                self.controller.mark_dirty(safety=True)
+
+    @staticmethod
+    async def _answers(client: httpx.AsyncClient, endpoint: str) -> bool:
+        """A child answers /health; an external OpenAI-style engine may only answer /v1/models."""
+        for path in ("/health", "/v1/models"):
+            try:
+                response = await client.get(endpoint.rstrip("/") + path, timeout=2.0)
+            except httpx.HTTPError:
+                return False
             if response.status_code == 200:
-                was = self.registry.routable(model_id, self.options.clock())
-                self.registry.corroborate(host_id, model_id, endpoint, self.options.clock())
-                if not any(r.host_id == host_id for r in was):
-                    self.controller.mark_dirty(safety=True)
+                return True
+        return False
 
     async def _probe_loop(self, client: httpx.AsyncClient) -> None:
         while not self._stop.is_set():
             await self.probe_once(client)
+            self.registry.refresh_external(self.options.clock())
             await asyncio.sleep(self.options.probe_interval)
 
     def build_app(self) -> Starlette:

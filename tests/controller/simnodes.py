@@ -41,8 +41,9 @@ class SimNode:
     bad_row: bool = False
 
     @classmethod
-    def for_controller(cls, state_dir: Any, host_id: str, client: httpx.AsyncClient,
-                       clock: Any, **kw: Any) -> SimNode:
+    def for_controller(
+        cls, state_dir: Any, host_id: str, client: httpx.AsyncClient, clock: Any, **kw: Any
+    ) -> SimNode:
         key = load_or_create_signing_key(state_dir)
         token = issue_node_credential(key, host_id, now=clock())
         return cls(host_id=host_id, client=client, token=token, clock=clock, **kw)
@@ -58,9 +59,16 @@ class SimNode:
         now = self.clock()
         rows: list[Any] = []
         for r in sorted(self.residencies.values(), key=lambda r: r.model_id):
-            row = {"model_id": r.model_id, "memory_mb": r.memory_mb, "state": r.state,
-                   "artifact_sha256": r.sha, "runtime": "llama.cpp", "managed": True,
-                   "loaded_age_seconds": max(0.0, now - r.loaded_at), "active_requests": 0}
+            row = {
+                "model_id": r.model_id,
+                "memory_mb": r.memory_mb,
+                "state": r.state,
+                "artifact_sha256": r.sha,
+                "runtime": "llama.cpp",
+                "managed": True,
+                "loaded_age_seconds": max(0.0, now - r.loaded_at),
+                "active_requests": 0,
+            }
             if r.state in ("ready", "draining"):
                 row["endpoint"] = self.endpoint(r.model_id)
                 row["max_concurrency"] = 2
@@ -68,29 +76,47 @@ class SimNode:
         if self.bad_row:
             rows.append({"model_id": "broken", "memory_mb": -5, "state": "ready"})
         return {
-            "schema_version": 1, "state": self.state,
-            "cached_models": [{"model_id": m, "artifact_sha256": s} for m, s in
-                              sorted(self.cached.items())],
-            "residencies": rows, "actuator_capabilities": ["load", "warm", "drain", "unload"],
+            "schema_version": 1,
+            "state": self.state,
+            "cached_models": [
+                {"model_id": m, "artifact_sha256": s} for m, s in sorted(self.cached.items())
+            ],
+            "residencies": rows,
+            "actuator_capabilities": ["load", "warm", "drain", "unload"],
             "engine_api_key": f"engine-key-{self.host_id}",
         }
 
     def resources(self) -> dict[str, Any]:
-        return {"capacity_mb": self.capacity_mb, "reserved_mb": 0,
-                "failure_domain": self.failure_domain, "runtimes": ["llama.cpp"],
-                "disk_free_mb": 100000, "disk_total_mb": 200000}
+        return {
+            "capacity_mb": self.capacity_mb,
+            "reserved_mb": 0,
+            "failure_domain": self.failure_domain,
+            "runtimes": ["llama.cpp"],
+            "disk_free_mb": 100000,
+            "disk_total_mb": 200000,
+        }
 
     async def register(self) -> httpx.Response:
-        body = {"role": "allocator", "host_id": self.host_id, "models": [],
-                "resources": self.resources(), "allocator": self.envelope()}
+        body = {
+            "role": "allocator",
+            "host_id": self.host_id,
+            "models": [],
+            "resources": self.resources(),
+            "allocator": self.envelope(),
+        }
         return await self.client.put(f"/nodes/{self.host_id}", json=body, headers=self.headers)
 
     async def heartbeat(self, request_commands: bool = True) -> dict[str, Any]:
-        body = {"node_id": self.host_id, "resources": self.resources(),
-                "allocator": self.envelope(), "request_commands": request_commands,
-                "acknowledgements": self.acks}
-        response = await self.client.post(f"/nodes/{self.host_id}/heartbeat", json=body,
-                                          headers=self.headers)
+        body = {
+            "node_id": self.host_id,
+            "resources": self.resources(),
+            "allocator": self.envelope(),
+            "request_commands": request_commands,
+            "acknowledgements": self.acks,
+        }
+        response = await self.client.post(
+            f"/nodes/{self.host_id}/heartbeat", json=body, headers=self.headers
+        )
         response.raise_for_status()
         self.acks = []
         data: dict[str, Any] = response.json()
@@ -107,12 +133,19 @@ class SimNode:
         if kind == "load":
             self.cached[model] = sha
         elif kind == "warm":
-            self.residencies[model] = SimResidency(model, command.get("memory_mb", 0) or 640,
-                                                   "ready", sha, self.clock())
+            self.residencies[model] = SimResidency(
+                model, command.get("memory_mb", 0) or 640, "ready", sha, self.clock()
+            )
         elif kind == "drain" and model in self.residencies:
             self.residencies[model].state = "draining"
         elif kind == "unload":
             self.residencies.pop(model, None)
-        self.acks.append({"action_id": command["action_id"], "status": "succeeded",
-                          "message": kind, "duration_seconds": 0.5,
-                          "artifact_fetched": False})
+        self.acks.append(
+            {
+                "action_id": command["action_id"],
+                "status": "succeeded",
+                "message": kind,
+                "duration_seconds": 0.5,
+                "artifact_fetched": False,
+            }
+        )

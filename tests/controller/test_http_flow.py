@@ -46,11 +46,16 @@ def engine_handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, json={"status": "ok"})
     if request.headers.get("authorization", "").startswith("Bearer engine-key-"):
         body = json.loads(request.content)
-        return httpx.Response(200, json={"id": "x", "object": "chat.completion",
-                                         "model": body["model"],
-                                         "choices": [{"index": 0, "message": {
-                                             "role": "assistant", "content": "hi"}}],
-                                         "usage": {"completion_tokens": 1}})
+        return httpx.Response(
+            200,
+            json={
+                "id": "x",
+                "object": "chat.completion",
+                "model": body["model"],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}],
+                "usage": {"completion_tokens": 1},
+            },
+        )
     return httpx.Response(401, json={"error": "no key"})
 
 
@@ -61,10 +66,14 @@ def setup(tmp_path: Path) -> Any:
     (watch / "gemma.yaml").write_text(profile("gemma"))
     (watch / "policy.yaml").write_text(POLICY)
     clock = Clock()
-    service = ControllerService(ServiceOptions(
-        state_dir=tmp_path / "state", watch_dir=watch, clock=clock,
-        upstream_transport=httpx.MockTransport(engine_handler),
-    ))
+    service = ControllerService(
+        ServiceOptions(
+            state_dir=tmp_path / "state",
+            watch_dir=watch,
+            clock=clock,
+            upstream_transport=httpx.MockTransport(engine_handler),
+        )
+    )
     app = service.build_app()
     service.start_ticking()
     yield service, app, clock, watch
@@ -83,8 +92,9 @@ async def test_cached_model_is_warmed_routed_and_reported(setup: Any) -> None:
     service, app, clock, _ = setup
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://ctl") as client:
-        node = SimNode.for_controller(service.options.state_dir, "local-1", client, clock,
-                                      cached={"gemma": GEMMA_SHA})
+        node = SimNode.for_controller(
+            service.options.state_dir, "local-1", client, clock, cached={"gemma": GEMMA_SHA}
+        )
         assert (await node.register()).status_code == 200
         await converge(service, [node])
         assert [c["kind"] for c in node.executed] == ["warm"]
@@ -92,8 +102,10 @@ async def test_cached_model_is_warmed_routed_and_reported(setup: Any) -> None:
         assert command["controller_id"] and command["plan_generation"].count(":") == 2
         models = (await client.get("/v1/models")).json()
         assert [m["id"] for m in models["data"]] == ["gemma"]
-        chat = await client.post("/v1/chat/completions", json={
-            "model": "gemma", "messages": [{"role": "user", "content": "hello"}]})
+        chat = await client.post(
+            "/v1/chat/completions",
+            json={"model": "gemma", "messages": [{"role": "user", "content": "hello"}]},
+        )
         assert chat.status_code == 200, chat.text
         assert chat.json()["choices"][0]["message"]["content"] == "hi"
         status = (await client.get("/allocator/status")).json()
@@ -106,9 +118,10 @@ async def test_cached_model_is_warmed_routed_and_reported(setup: Any) -> None:
 
 @pytest.mark.anyio
 async def test_unknown_model_is_404_and_unserved_configured_model_is_503(setup: Any) -> None:
-    service, app, clock, _ = setup
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                 base_url="http://ctl") as client:
+    _service, app, _clock, _ = setup
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://ctl"
+    ) as client:
         missing = await client.post("/v1/chat/completions", json={"model": "nope"})
         assert missing.status_code == 404
         assert missing.json()["error"]["code"] == "model_not_found"
@@ -120,18 +133,25 @@ async def test_unknown_model_is_404_and_unserved_configured_model_is_503(setup: 
 @pytest.mark.anyio
 async def test_credentials_are_host_scoped_and_admin_needs_operator(setup: Any) -> None:
     service, app, clock, _ = setup
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                 base_url="http://ctl") as client:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://ctl"
+    ) as client:
         node_a = SimNode.for_controller(service.options.state_dir, "host-a", client, clock)
         impostor = SimNode(host_id="host-b", client=client, token=node_a.token, clock=clock)
         assert (await impostor.register()).status_code == 403
         no_token = await client.put("/allocator/mode", json={"mode": "observe"})
         assert no_token.status_code == 401
-        ok = await client.put("/allocator/mode", json={"mode": "observe"},
-                              headers={"X-Grid-Allocator-Token": service.operator_token})
+        ok = await client.put(
+            "/allocator/mode",
+            json={"mode": "observe"},
+            headers={"X-Grid-Allocator-Token": service.operator_token},
+        )
         assert ok.json()["effective"] == "observe"
-        refused = await client.put("/allocator/models/x", json={},
-                                   headers={"Authorization": f"Bearer {service.operator_token}"})
+        refused = await client.put(
+            "/allocator/models/x",
+            json={},
+            headers={"Authorization": f"Bearer {service.operator_token}"},
+        )
         assert refused.status_code == 409
         assert "watched directory" in refused.json()["error"]["message"]
 
@@ -139,13 +159,17 @@ async def test_credentials_are_host_scoped_and_admin_needs_operator(setup: Any) 
 @pytest.mark.anyio
 async def test_malformed_envelope_is_400_and_changes_nothing(setup: Any) -> None:
     service, app, clock, _ = setup
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                 base_url="http://ctl") as client:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://ctl"
+    ) as client:
         node = SimNode.for_controller(service.options.state_dir, "local-1", client, clock)
         await node.register()
         before = service.registry.host("local-1")
-        bad = await client.post("/nodes/local-1/heartbeat", headers=node.headers,
-                                json={"node_id": "local-1", "allocator": {"schema_version": 2}})
+        bad = await client.post(
+            "/nodes/local-1/heartbeat",
+            headers=node.headers,
+            json={"node_id": "local-1", "allocator": {"schema_version": 2}},
+        )
         assert bad.status_code == 400
         assert bad.json()["error"]["pointer"] == "/allocator/schema_version"
         assert service.registry.host("local-1") == before
@@ -159,11 +183,18 @@ async def test_malformed_envelope_is_400_and_changes_nothing(setup: Any) -> None
 @pytest.mark.anyio
 async def test_scale_up_then_retire(setup: Any) -> None:
     service, app, clock, watch = setup
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                 base_url="http://ctl") as client:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://ctl"
+    ) as client:
         nodes = [
-            SimNode.for_controller(service.options.state_dir, f"local-{i}", client, clock,
-                                   failure_domain=f"zone-{i}", cached={"gemma": GEMMA_SHA})
+            SimNode.for_controller(
+                service.options.state_dir,
+                f"local-{i}",
+                client,
+                clock,
+                failure_domain=f"zone-{i}",
+                cached={"gemma": GEMMA_SHA},
+            )
             for i in (1, 2)
         ]
         for node in nodes:
@@ -183,3 +214,86 @@ async def test_scale_up_then_retire(setup: Any) -> None:
         assert all(not n.residencies for n in nodes)
         status = (await client.get("/allocator/status")).json()
         assert [t["model_id"] for t in status["tombstones"]] == ["gemma"]
+
+
+@pytest.mark.anyio
+async def test_joined_external_engine_is_routable_inventory(setup: Any) -> None:
+    service, app, _clock, _ = setup
+    admin = {"X-Grid-Allocator-Token": service.operator_token}
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://ctl"
+    ) as client:
+        bad = await client.put(
+            "/allocator/external/vendor",
+            headers=admin,
+            json={"endpoint": "ftp://x", "model_id": "m", "kind": "vllm"},
+        )
+        assert bad.status_code == 400 and bad.json()["error"]["pointer"] == "/endpoint"
+        ok = await client.put(
+            "/allocator/external/vendor",
+            headers=admin,
+            json={
+                "endpoint": "http://engine.vendor.test/",
+                "model_id": "vendor-model",
+                "kind": "openai",
+            },
+        )
+        assert ok.status_code == 200
+        await service.probe_once(service.upstream)
+        models = (await client.get("/v1/models")).json()
+        assert [m["id"] for m in models["data"]] == ["vendor-model"]
+        service.controller.tick()
+        assert service.controller.store.pending() == ()  # never actuated
+        status = (await client.get("/allocator/status")).json()
+        (host,) = status["hosts"]
+        assert host["role"] == "external"
+        assert host["residencies"][0]["ownership"] == "external"
+
+
+@pytest.mark.anyio
+async def test_destructive_delivery_needs_more_than_30s_of_replacement_lease(
+    setup: Any,
+) -> None:
+    service, app, clock, watch = setup
+    (watch / "policy.yaml").write_text(
+        POLICY + "  heartbeat_stale_seconds: 45\n  mutation_cooldown_seconds: 0\n"
+    )
+    (watch / "gemma.yaml").write_text(profile("gemma", min_replicas=2, max_replicas=2))
+    service.source.reload()
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://ctl"
+    ) as client:
+        nodes = {
+            f"local-{i}": SimNode.for_controller(
+                service.options.state_dir,
+                f"local-{i}",
+                client,
+                clock,
+                failure_domain=f"zone-{i}",
+                cached={"gemma": GEMMA_SHA},
+            )
+            for i in (1, 2)
+        }
+        for node in nodes.values():
+            await node.register()
+        await converge(service, list(nodes.values()))
+        assert len(service.registry.routable("gemma", clock())) == 2
+        (watch / "gemma.yaml").write_text(profile("gemma", min_replicas=1, max_replicas=1))
+        service.source.reload()
+        service.controller.tick()
+        (drain,) = [p.action for p in service.store.pending() if p.action.kind.value == "drain"]
+        victim, keeper = (
+            nodes[drain.host_id],
+            next(n for h, n in nodes.items() if h != drain.host_id),
+        )
+
+        async def victim_poll_after(seconds_since_keeper: float) -> list[str]:
+            await keeper.heartbeat(request_commands=False)
+            await service.probe_once(service.upstream)
+            clock.now += seconds_since_keeper
+            data = await victim.heartbeat(request_commands=True)
+            return [c["kind"] for c in data["allocator"]["commands"]]
+
+        assert await victim_poll_after(31.0) == []  # 29 s of lease left: held back
+        assert "held back" in (service.controller.delivery_safety_error or "")
+        assert await victim_poll_after(29.0) == ["drain"]  # 31 s left: delivered

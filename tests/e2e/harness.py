@@ -34,8 +34,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_for(what: str, probe: Callable[[], T | None], deadline: float = 120.0,
-             interval: float = 0.25) -> T:
+def wait_for(
+    what: str, probe: Callable[[], T | None], deadline: float = 120.0, interval: float = 0.25
+) -> T:
     """Poll ``probe`` until it returns something truthy; fail naming ``what``."""
     end = time.monotonic() + deadline
     last_error: Exception | None = None
@@ -50,8 +51,14 @@ def wait_for(what: str, probe: Callable[[], T | None], deadline: float = 120.0,
     raise AssertionError(f"timed out after {deadline:.0f}s waiting for {what} ({last_error})")
 
 
-def profile_yaml(name: str, *, min_replicas: int = 1, max_replicas: int = 2,
-                 cooldown: float = 4.0, extra: str = "") -> str:
+def profile_yaml(
+    name: str,
+    *,
+    min_replicas: int = 1,
+    max_replicas: int = 2,
+    cooldown: float = 4.0,
+    extra: str = "",
+) -> str:
     return f"""\
 # yaml-language-server: $schema=../schemas/model-profile.schema.json
 apiVersion: gridctl/v1
@@ -102,10 +109,16 @@ class DesiredRepo:
         self.commit("policy")
 
     def git(self, *args: str) -> str:
-        env = {**os.environ, "GIT_AUTHOR_NAME": "e2e", "GIT_AUTHOR_EMAIL": "e2e@example.invalid",
-               "GIT_COMMITTER_NAME": "e2e", "GIT_COMMITTER_EMAIL": "e2e@example.invalid"}
-        done = subprocess.run(["git", *args], cwd=self.path, env=env, check=True,
-                              capture_output=True, text=True)
+        env = {
+            **os.environ,
+            "GIT_AUTHOR_NAME": "e2e",
+            "GIT_AUTHOR_EMAIL": "e2e@example.invalid",
+            "GIT_COMMITTER_NAME": "e2e",
+            "GIT_COMMITTER_EMAIL": "e2e@example.invalid",
+        }
+        done = subprocess.run(
+            ["git", *args], cwd=self.path, env=env, check=True, capture_output=True, text=True
+        )
         return done.stdout.strip()
 
     def write(self, name: str, text: str) -> None:
@@ -144,13 +157,24 @@ class Fleet:
     def start(self, machines: int = 2, command: list[str] | None = None) -> None:
         self.log_path = self.state_dir.parent / "up.log"
         args = command or [sys.executable, "-m", "gridctl", "up"]
-        args = [*args, "--machines", str(machines), "--watch", str(self.repo.path),
-                "--state-dir", str(self.state_dir), "--port", str(self.port),
-                "--engine-port-base", str(self.engine_port_base)]
+        args = [
+            *args,
+            "--machines",
+            str(machines),
+            "--watch",
+            str(self.repo.path),
+            "--state-dir",
+            str(self.state_dir),
+            "--port",
+            str(self.port),
+            "--engine-port-base",
+            str(self.engine_port_base),
+        ]
         log = self.log_path.open("wb")
         self.started_at = time.monotonic()
-        self.process = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
 
     def status(self) -> dict[str, Any]:
         response = httpx.get(self.url + "/allocator/status", timeout=10)
@@ -161,7 +185,9 @@ class Fleet:
     def residencies(self, model: str) -> list[dict[str, Any]]:
         return [
             {**r, "host_id": h["host_id"]}
-            for h in self.status()["hosts"] for r in h["residencies"] if r["model_id"] == model
+            for h in self.status()["hosts"]
+            for r in h["residencies"]
+            if r["model_id"] == model
         ]
 
     def live_copies(self, model: str) -> list[dict[str, Any]]:
@@ -172,8 +198,13 @@ class Fleet:
         return sorted(r["host_id"] for r in self.residencies(model) if r.get("routable"))
 
     def admin(self, method: str, path: str, **kw: Any) -> httpx.Response:
-        return httpx.request(method, self.url + path, timeout=30,
-                             headers={"X-Grid-Allocator-Token": self.token}, **kw)
+        return httpx.request(
+            method,
+            self.url + path,
+            timeout=30,
+            headers={"X-Grid-Allocator-Token": self.token},
+            **kw,
+        )
 
     def engine_children(self) -> list[psutil.Process]:
         """llama-server children of this fleet (by port range)."""
@@ -215,5 +246,9 @@ def make_fleet(tmp_path: Path, mode: str = "automatic") -> Fleet:
     if shutil.which("git") is None:
         raise RuntimeError("git is required for end-to-end tests")
     repo = DesiredRepo(tmp_path / "desired", mode=mode)
-    return Fleet(repo=repo, state_dir=tmp_path / "state", port=free_port(),
-                 engine_port_base=30000 + (os.getpid() % 100) * 100)
+    return Fleet(
+        repo=repo,
+        state_dir=tmp_path / "state",
+        port=free_port(),
+        engine_port_base=30000 + (os.getpid() % 100) * 100,
+    )

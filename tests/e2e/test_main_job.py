@@ -43,8 +43,11 @@ def chat(client: OpenAI, model: str = GEMMA) -> str:
 
 def started(fleet: Fleet, model: str = GEMMA, replicas: int = 1) -> None:
     try:
-        wait_for(f"{replicas} routable {model}", lambda: len(fleet.routable(model)) >= replicas,
-                 deadline=180)
+        wait_for(
+            f"{replicas} routable {model}",
+            lambda: len(fleet.routable(model)) >= replicas,
+            deadline=180,
+        )
     except AssertionError:
         print(fleet.log())
         raise
@@ -53,15 +56,19 @@ def started(fleet: Fleet, model: str = GEMMA, replicas: int = 1) -> None:
 def test_readme_command_serves_gemma(fleet: Fleet) -> None:
     fleet.start(command=[str(ROOT / "scripts" / "up")])
     client = client_for(fleet)
-    models = wait_for("gemma in /v1/models",
-                      lambda: [m.id for m in client.models.list().data if m.id == GEMMA],
-                      deadline=300)
+    models = wait_for(
+        "gemma in /v1/models",
+        lambda: [m.id for m in client.models.list().data if m.id == GEMMA],
+        deadline=300,
+    )
     assert models == [GEMMA]
     answer = chat(client)
     first_answer = time.monotonic() - fleet.started_at
     assert answer.strip()
     stream = client.chat.completions.create(
-        model=GEMMA, messages=[{"role": "user", "content": "Count to three."}], max_tokens=8,
+        model=GEMMA,
+        messages=[{"role": "user", "content": "Count to three."}],
+        max_tokens=8,
         stream=True,
     )
     streamed = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
@@ -93,21 +100,27 @@ def test_scale_up_without_failures_then_retire(fleet: Fleet) -> None:
     committed = time.monotonic()
     revision = fleet.repo.commit("two replicas")
     wait_for("desired revision in force", lambda: fleet.status()["desired"]["revision"] == revision)
-    hosts = wait_for("two routable replicas", lambda: (h := fleet.routable(GEMMA)) and
-                     len(h) == 2 and h, deadline=180)
+    hosts = wait_for(
+        "two routable replicas",
+        lambda: (h := fleet.routable(GEMMA)) and len(h) == 2 and h,
+        deadline=180,
+    )
     second_ready = time.monotonic() - committed
     wait_for("traffic on both replicas", lambda: served[0] >= 3, deadline=60)
     stop.set()
     worker.join(timeout=60)
     assert failures == []
     assert hosts == ["local-1", "local-2"]
-    print(f"\nMEASURED min_replicas commit -> second replica READY: {second_ready:.1f}s; "
-          f"{served[0]} requests served during scale-up, 0 failed")
+    print(
+        f"\nMEASURED min_replicas commit -> second replica READY: {second_ready:.1f}s; "
+        f"{served[0]} requests served during scale-up, 0 failed"
+    )
 
     fleet.repo.remove("gemma.yaml")
     fleet.repo.commit("retire gemma")
-    wait_for("every gemma copy drained and unloaded", lambda: not fleet.live_copies(GEMMA),
-             deadline=180)
+    wait_for(
+        "every gemma copy drained and unloaded", lambda: not fleet.live_copies(GEMMA), deadline=180
+    )
     status = fleet.status()
     assert [t["model_id"] for t in status["tombstones"]] == [GEMMA]
     events = [e["event"] for e in status["history"] if e.get("model_id") == GEMMA]
@@ -139,8 +152,11 @@ def test_demand_driven_warm_and_cooldown(fleet: Fleet) -> None:
     answer = wait_for("gemma-b warmed by demand", answered, deadline=180, interval=1.0)
     assert answer.strip()
     assert rejected >= 2  # below the evidence threshold nothing warmed
-    wait_for("gemma-b drained and unloaded after its cooldown",
-             lambda: not fleet.live_copies("gemma-b"), deadline=180)
+    wait_for(
+        "gemma-b drained and unloaded after its cooldown",
+        lambda: not fleet.live_copies("gemma-b"),
+        deadline=180,
+    )
     assert fleet.routable(GEMMA)  # the baseline stayed
 
 
@@ -150,10 +166,17 @@ def test_sigkill_of_child_is_rewarmed(fleet: Fleet) -> None:
     client = client_for(fleet)
     (child,) = wait_for("one engine child", lambda: fleet.engine_children(), deadline=30)
     child.send_signal(signal.SIGKILL)
-    wait_for("the failure reported", lambda: any(
-        e["event"] in ("warm_failed", "unload_succeeded") or "fail" in e["event"]
-        for e in fleet.status()["history"]) or any(
-        r["state"] == "failed" for r in fleet.residencies(GEMMA)), deadline=60)
+    wait_for(
+        "the failure reported",
+        lambda: (
+            any(
+                e["event"] in ("warm_failed", "unload_succeeded") or "fail" in e["event"]
+                for e in fleet.status()["history"]
+            )
+            or any(r["state"] == "failed" for r in fleet.residencies(GEMMA))
+        ),
+        deadline=60,
+    )
 
     def serving_again() -> str | None:
         try:
@@ -170,25 +193,37 @@ def test_node_restart_adopts_the_live_child(fleet: Fleet) -> None:
     fleet.start(machines=1)
     started(fleet)
     (child,) = wait_for("one engine child", lambda: fleet.engine_children(), deadline=30)
-    node = next(p for p in psutil.process_iter(["cmdline"])
-                if "node" in (p.info["cmdline"] or []) and "start" in (p.info["cmdline"] or [])
-                and str(fleet.state_dir) in " ".join(p.info["cmdline"] or []))
+    node = next(
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if "node" in (p.info["cmdline"] or [])
+        and "start" in (p.info["cmdline"] or [])
+        and str(fleet.state_dir) in " ".join(p.info["cmdline"] or [])
+    )
     argv, cwd = node.cmdline(), node.cwd()
     node.send_signal(signal.SIGKILL)
     node.wait(timeout=30)
     assert child.is_running()
-    restarted = psutil.Popen(argv, cwd=cwd, stdout=open(fleet.state_dir / "restart.log", "wb"),
-                             stderr=-2)
+    restarted = psutil.Popen(
+        argv, cwd=cwd, stdout=open(fleet.state_dir / "restart.log", "wb"), stderr=-2
+    )
     try:
-        wait_for("the restarted node reports the adopted child ready",
-                 lambda: fleet.routable(GEMMA) == ["local-1"] and any(
-                     e["event"] == "host_registered" for e in fleet.status()["history"][-50:]),
-                 deadline=120)
+        wait_for(
+            "the restarted node reports the adopted child ready",
+            lambda: (
+                fleet.routable(GEMMA) == ["local-1"]
+                and any(e["event"] == "host_registered" for e in fleet.status()["history"][-50:])
+            ),
+            deadline=120,
+        )
         assert [c.pid for c in fleet.engine_children()] == [child.pid]
         fleet.repo.remove("gemma.yaml")
         fleet.repo.commit("retire")
-        wait_for("adopted child drained and unloaded", lambda: not child.is_running() or
-                 child.status() == psutil.STATUS_ZOMBIE, deadline=120)
+        wait_for(
+            "adopted child drained and unloaded",
+            lambda: not child.is_running() or child.status() == psutil.STATUS_ZOMBIE,
+            deadline=120,
+        )
     finally:
         restarted.send_signal(signal.SIGTERM)
         restarted.wait(timeout=60)
@@ -200,8 +235,11 @@ def test_security_boundaries_on_real_processes(fleet: Fleet) -> None:
     (child,) = wait_for("one engine child", lambda: fleet.engine_children(), deadline=30)
     cmd = child.cmdline()
     port = int(cmd[cmd.index("--port") + 1])
-    direct = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=30,
-                        json={"model": GEMMA, "messages": [{"role": "user", "content": "hi"}]})
+    direct = httpx.post(
+        f"http://127.0.0.1:{port}/v1/chat/completions",
+        timeout=30,
+        json={"model": GEMMA, "messages": [{"role": "user", "content": "hi"}]},
+    )
     assert direct.status_code == 401
     key_file = Path(cmd[cmd.index("--api-key-file") + 1])
     key = key_file.read_text().strip()
@@ -215,13 +253,18 @@ def test_security_boundaries_on_real_processes(fleet: Fleet) -> None:
 
     assert httpx.put(fleet.url + "/allocator/mode", json={"mode": "observe"}).status_code == 401
     token_a = (fleet.state_dir / "local-1" / "node.token").read_text().strip()
-    stolen = httpx.post(fleet.url + "/nodes/local-2/heartbeat", json={"node_id": "local-2"},
-                        headers={"X-Grid-Allocator-Node-Token": token_a})
+    stolen = httpx.post(
+        fleet.url + "/nodes/local-2/heartbeat",
+        json={"node_id": "local-2"},
+        headers={"X-Grid-Allocator-Node-Token": token_a},
+    )
     assert stolen.status_code == 403
     before = fleet.status()["hosts"]
-    bad = httpx.post(fleet.url + "/nodes/local-1/heartbeat",
-                     json={"node_id": "local-1", "allocator": {"schema_version": 1}},
-                     headers={"X-Grid-Allocator-Node-Token": token_a})
+    bad = httpx.post(
+        fleet.url + "/nodes/local-1/heartbeat",
+        json={"node_id": "local-1", "allocator": {"schema_version": 1}},
+        headers={"X-Grid-Allocator-Node-Token": token_a},
+    )
     assert bad.status_code == 400 and "pointer" in bad.json()["error"]
     after = fleet.status()["hosts"]
     assert [h["state"] for h in after] == [h["state"] for h in before]
@@ -233,12 +276,22 @@ def test_observe_and_recommend_issue_nothing_then_automatic_converges(tmp_path: 
     fleet.repo.commit("baseline in observe mode")
     try:
         fleet.start()
-        wait_for("a tick in observe mode", lambda: (s := fleet.status())["last_tick"] and
-                 s["models"] and s["models"][0]["health"] == "Suspended", deadline=60)
+        wait_for(
+            "a tick in observe mode",
+            lambda: (
+                (s := fleet.status())["last_tick"]
+                and s["models"]
+                and s["models"][0]["health"] == "Suspended"
+            ),
+            deadline=60,
+        )
         assert fleet.status()["pending_commands"] == []
         fleet.admin("PUT", "/allocator/mode", json={"mode": "recommend"})
-        proposed = wait_for("proposed actions", lambda: [
-            a for a in (fleet.status()["reconciliation"] or {}).get("actions", [])], deadline=60)
+        proposed = wait_for(
+            "proposed actions",
+            lambda: [a for a in (fleet.status()["reconciliation"] or {}).get("actions", [])],
+            deadline=60,
+        )
         assert all(not a["executable"] for a in proposed)
         assert not fleet.engine_children() and fleet.status()["pending_commands"] == []
         response = fleet.admin("PUT", "/allocator/mode", json={"mode": "automatic"})
