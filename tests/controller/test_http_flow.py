@@ -38,7 +38,10 @@ def profile(name: str, min_replicas: int = 1, max_replicas: int = 2) -> str:
         """)
 
 
-POLICY = "apiVersion: gridctl/v1\nkind: ControllerPolicy\nmetadata: {name: p}\nspec:\n  mode: automatic\n"
+POLICY = (
+    "apiVersion: gridctl/v1\nkind: ControllerPolicy\nmetadata: {name: p}\n"
+    "spec:\n  mode: automatic\n"
+)
 
 
 def engine_handler(request: httpx.Request) -> httpx.Response:

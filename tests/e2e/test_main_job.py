@@ -204,9 +204,8 @@ def test_node_restart_adopts_the_live_child(fleet: Fleet) -> None:
     node.send_signal(signal.SIGKILL)
     node.wait(timeout=30)
     assert child.is_running()
-    restarted = psutil.Popen(
-        argv, cwd=cwd, stdout=open(fleet.state_dir / "restart.log", "wb"), stderr=-2
-    )
+    with (fleet.state_dir / "restart.log").open("wb") as restart_log:
+        restarted = psutil.Popen(argv, cwd=cwd, stdout=restart_log, stderr=-2)
     try:
         wait_for(
             "the restarted node reports the adopted child ready",
