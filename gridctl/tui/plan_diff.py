@@ -72,9 +72,11 @@ def explain_lines(explanation: Mapping[str, Any] | None) -> tuple[str, ...]:
             continue
         mark = "*" if candidate.get("chosen") else " "
         score = candidate.get("score")
-        shown = f"{score:.2f}" if isinstance(score, float | int) else "?"
+        if not isinstance(score, float | int):
+            lines.append(f"  {mark} {host}: {candidate.get('detail') or 'not scored'}")
+            continue
         parts = _components(candidate.get("components"))
-        lines.append(f"  {mark} {host}: score {shown} {parts}".rstrip())
+        lines.append(f"  {mark} {host}: score {score:.2f} {parts}".rstrip())
     return tuple(lines)
 
 

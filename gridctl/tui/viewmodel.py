@@ -304,7 +304,11 @@ def model_rows(status: Mapping[str, Any]) -> tuple[ModelRow, ...]:
     for row in _items(status.get("models")):
         model_id = _str(row.get("model_id"))
         unmet = list(map(str, row.get("unmet") or ()))
-        unmet.extend(code for code in unmet_by_model.get(model_id, ()) if code not in unmet)
+        unmet.extend(
+            code
+            for code in unmet_by_model.get(model_id, ())
+            if not any(entry.split(":", 1)[0] == code for entry in unmet)
+        )
         rows.append(
             ModelRow(
                 model_id=model_id,

@@ -4,12 +4,14 @@
 unsatisfied constraints, a withdrawn destructive batch, a rejected revision and
 an operator mode override. ``empty_fleet``: a controller with no hosts and no
 plan yet. ``admission_fleet``: a healthy fleet with one admission row in each
-of the spec's nine states. ``regenerate_fixtures()`` saves them as JSON.
+of the spec's nine states. These hand-built documents exercise the view-model
+in unit tests (they carry richer plans than a small simulated fleet produces);
+the saved fixtures under ``fixtures/`` come from the real controller instead
+(``tests/tui/controller_situations.py``).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -560,23 +562,3 @@ SITUATIONS: dict[str, Callable[[], Doc]] = {
 
 def fixture_path(name: str) -> Path:
     return FIXTURES / f"{name}.json"
-
-
-def render_fixture(name: str) -> str:
-    return json.dumps(SITUATIONS[name](), indent=2, sort_keys=True) + "\n"
-
-
-def regenerate_fixtures() -> list[Path]:
-    """Rewrite every saved fixture from its builder (run after changing a situation)."""
-    FIXTURES.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name in SITUATIONS:
-        path = fixture_path(name)
-        path.write_text(render_fixture(name), encoding="utf-8")
-        written.append(path)
-    return written
-
-
-if __name__ == "__main__":
-    for written_path in regenerate_fixtures():
-        print(written_path)
