@@ -23,9 +23,25 @@ SCALARS = st.one_of(
 )
 FIELD_NAMES = st.sampled_from(
     [
-        "memory_mb", "min_replicas", "max_replicas", "pins", "artifact", "sha256", "source",
-        "size_mb", "workload_scores", "mode", "hosts", "host_id", "capacity_mb", "workloads",
-        "name", "runtimes", "priority", "colocation_excludes", "extra",
+        "memory_mb",
+        "min_replicas",
+        "max_replicas",
+        "pins",
+        "artifact",
+        "sha256",
+        "source",
+        "size_mb",
+        "workload_scores",
+        "mode",
+        "hosts",
+        "host_id",
+        "capacity_mb",
+        "workloads",
+        "name",
+        "runtimes",
+        "priority",
+        "colocation_excludes",
+        "extra",
     ]
 )
 VALUES = st.recursive(
@@ -47,7 +63,7 @@ DOCUMENTS = st.fixed_dictionaries(
     }
 )
 
-YAML_ALPHABET = st.sampled_from(list(":-[]{}&*!|>'\"%@`#,? \n\tabc019.~=") + ["<<", "---", "..."])
+YAML_ALPHABET = st.sampled_from([*list(":-[]{}&*!|>'\"%@`#,? \n\tabc019.~="), "<<", "---", "..."])
 
 
 def load_text(files: dict[str, str]) -> DesiredState | None:
@@ -86,7 +102,10 @@ def test_hostile_yaml_constructs() -> None:
     hostile = {
         "alias.yaml": "a: &x [*x]\n",
         "laughs.yaml": "a: &a [1,1,1,1,1,1,1,1,1]\n"
-        + "".join(f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi")),
+        + "".join(
+            f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n"
+            for p, c in zip("abcdefgh", "bcdefghi", strict=True)
+        ),
         "tag.yaml": "!!python/object:os.system {}\n",
         "deep.yaml": "[" * 5000 + "]" * 5000,
         "nan.yaml": "apiVersion: gridctl/v1\nkind: ModelProfile\nmetadata: {name: a}\n"

@@ -17,11 +17,16 @@ pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not 
 
 def git(cwd: Path, *args: str) -> str:
     env = {
-        "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
-        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid",
-        "HOME": str(cwd), "PATH": "/usr/bin:/bin:/usr/local/bin",
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.invalid",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.invalid",
+        "HOME": str(cwd),
+        "PATH": "/usr/bin:/bin:/usr/local/bin",
     }
-    done = subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True)
+    done = subprocess.run(
+        ["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True
+    )
     return done.stdout.strip()
 
 

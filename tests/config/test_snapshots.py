@@ -25,10 +25,21 @@ def test_round_trip_with_defaults() -> None:
     snap = snapshot_from_json(
         {
             "now": 110,
-            "hosts": [host(residencies=[{"model_id": "m", "memory_mb": 10, "state": "ready",
-                                         "managed": False, "loaded_age_seconds": 30,
-                                         "artifact_sha256": "AB" * 32}],
-                           cached_models=["m", {"model_id": "n", "artifact_sha256": "cd" * 32}])],
+            "hosts": [
+                host(
+                    residencies=[
+                        {
+                            "model_id": "m",
+                            "memory_mb": 10,
+                            "state": "ready",
+                            "managed": False,
+                            "loaded_age_seconds": 30,
+                            "artifact_sha256": "AB" * 32,
+                        }
+                    ],
+                    cached_models=["m", {"model_id": "n", "artifact_sha256": "cd" * 32}],
+                )
+            ],
             "demand": [{"model_id": "m", "requests_per_minute": 3}],
         }
     )
@@ -45,8 +56,17 @@ def test_round_trip_with_defaults() -> None:
 
 def test_malformed_residency_row_makes_host_unhealthy() -> None:
     snap = snapshot_from_json(
-        {"now": 1, "hosts": [host(residencies=[{"model_id": "m", "memory_mb": -1, "state": "ready"},
-                                               {"model_id": "ok", "memory_mb": 1, "state": "ready"}])]}
+        {
+            "now": 1,
+            "hosts": [
+                host(
+                    residencies=[
+                        {"model_id": "m", "memory_mb": -1, "state": "ready"},
+                        {"model_id": "ok", "memory_mb": 1, "state": "ready"},
+                    ]
+                )
+            ],
+        }
     )
     (h,) = snap.hosts
     assert h.state is HostState.UNHEALTHY
@@ -60,7 +80,9 @@ def test_unknown_lifecycle_fails_closed() -> None:
 
 def test_bad_envelope_names_the_field() -> None:
     with pytest.raises(WireError) as info:
-        snapshot_from_json({"now": 1, "hosts": [{"host_id": "h", "resources": {"capacity_mb": "x"}}]})
+        snapshot_from_json(
+            {"now": 1, "hosts": [{"host_id": "h", "resources": {"capacity_mb": "x"}}]}
+        )
     assert info.value.pointer == "/hosts/0/resources/capacity_mb"
     with pytest.raises(WireError, match="duplicate host_id"):
         snapshot_from_json({"now": 1, "hosts": [host(), host()]})
@@ -75,7 +97,7 @@ def test_unknown_fields_are_ignored_on_the_wire() -> None:
 def test_load_snapshot_reports_file(tmp_path: Path) -> None:
     path = tmp_path / "s.json"
     path.write_text("{not json")
-    with pytest.raises(WireError, match="s.json: not valid JSON"):
+    with pytest.raises(WireError, match=r"s\.json: not valid JSON"):
         load_snapshot(path)
     path.write_text(json.dumps({"now": 5, "hosts": [host()]}))
     assert load_snapshot(path).now == 5.0

@@ -97,7 +97,9 @@ def test_unknown_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
 
 
 def test_missing_required_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    text = "apiVersion: gridctl/v1\nkind: ModelProfile\nmetadata:\n  name: a\nspec:\n  priority: 3\n"
+    text = (
+        "apiVersion: gridctl/v1\nkind: ModelProfile\nmetadata:\n  name: a\nspec:\n  priority: 3\n"
+    )
     write(tmp_path, "p.yaml", text)
     code, report = validate_json(tmp_path, capsys)
     error = only_error(report)
@@ -133,7 +135,9 @@ def test_artifact_source_without_sha256(tmp_path: Path, capsys: pytest.CaptureFi
     assert "requires sha256" in error["message"]
 
 
-def test_artifact_source_with_credentials(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_artifact_source_with_credentials(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     digest = "AB" * 32
     for source, needle in (
         ("https://user:secret@example.org/m.gguf", "credentials"),

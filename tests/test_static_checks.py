@@ -1,0 +1,42 @@
+"""The project's own static checks run with the suite: lint, format, types, import contracts."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def run(tool: str, *args: str) -> subprocess.CompletedProcess[str]:
+    exe = BIN / tool if (BIN / tool).exists() else shutil.which(tool)
+    if exe is None:
+        pytest.fail(f"{tool} is not installed (it is in the test extra)")
+    return subprocess.run([str(exe), *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_ruff_is_clean() -> None:
+    done = run("ruff", "check", "gridctl", "tests", "benchmarks")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_core_is_formatted() -> None:
+    done = run("ruff", "format", "--check", "gridctl")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.slow
+def test_mypy_strict_on_the_core() -> None:
+    done = run("mypy")  # files and strictness come from pyproject.toml
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_import_contracts() -> None:
+    done = run("lint-imports")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "BROKEN" not in done.stdout
