@@ -61,6 +61,11 @@ class FakeController:
     forget_next: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def last_state(self) -> str | None:
+        """The host state of the latest heartbeat, or None before the first one."""
+        beats = list(self.heartbeats)
+        return beats[-1]["allocator"]["state"] if beats else None
+
     def _auth(self, request: Request, host_id: str) -> JSONResponse | None:
         token = request.headers.get(NODE_TOKEN_HEADER)
         if not token:
