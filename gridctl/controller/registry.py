@@ -15,6 +15,7 @@ corroborates it (``corroborate``); only corroborated routes are routable.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -72,6 +73,12 @@ class EngineRoute:
     corroborated_at: float | None = None  # last successful controller-side probe
     max_concurrency: int = 1
     artifact_sha256: str | None = None
+    # Routing inputs filled in by ``Registry.routable`` (never serialised):
+    advertised_concurrency: int | None = None  # None = the engine did not say; 0 = closed
+    concurrency_multiplier: float = 1.0  # the host's local protection limit on admissions
+    protection_class: int = 0  # 0 accepting, 1 throttled (lower is preferred)
+    queue_depth: int = 0  # work the host advertises as queued
+    lease_at: float = 0.0  # controller receipt time of the host's last heartbeat
 
 
 @dataclass
@@ -91,6 +98,21 @@ class HostRecord:
     routes: dict[str, EngineRoute] = field(default_factory=dict)
     queue_depth: int = 0
     active_tasks: int = 0
+    concurrency_multiplier: float = 1.0
+
+
+def _multiplier(envelope: Any) -> float:
+    """The node's advertised admission multiplier (local protection); 1.0 when absent."""
+    value = envelope.get("concurrency_multiplier") if isinstance(envelope, dict) else None
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 1:
+        return float(value)
+    return 1.0
+
+
+def _advertised(value: Any) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
 
 
 class Registry:
@@ -102,6 +124,9 @@ class Registry:
         self._active: dict[tuple[str, str], int] = {}  # (host, model) -> router-owned count
         self._last_used: dict[str, float] = {}  # model -> controller-clock watermark
         self.route_lease_seconds = route_lease_seconds
+        # Private proxy measurements that override self-reported speed in snapshots:
+        # host -> (latency ms, tokens/s); set by the router, never exposed in discovery.
+        self.measured: Callable[[], dict[str, tuple[float | None, float | None]]] | None = None
 
     # -- intake ---------------------------------------------------------------
 
@@ -247,6 +272,9 @@ class Registry:
             routes=routes,
             queue_depth=prior.queue_depth if prior else 0,
             active_tasks=prior.active_tasks if prior else 0,
+            concurrency_multiplier=_multiplier(envelope)
+            if envelope is not None
+            else (prior.concurrency_multiplier if prior else 1.0),
         )
 
     def _routes(
@@ -283,6 +311,7 @@ class Registry:
                 corroborated_at=old.corroborated_at if same and old else None,
                 max_concurrency=max(1, int(row.get("max_concurrency", 1) or 1)),
                 artifact_sha256=residency.artifact_sha256,
+                advertised_concurrency=_advertised(row.get("max_concurrency")),
             )
         return routes
 
@@ -309,7 +338,15 @@ class Registry:
                 residency = next((r for r in record.residencies if r.model_id == model_id), None)
                 if residency is None or residency.state is not ResidencyState.READY:
                     continue
-                result.append(replace(route))
+                result.append(
+                    replace(
+                        route,
+                        concurrency_multiplier=record.concurrency_multiplier,
+                        protection_class=0 if record.state is HostState.ACCEPTING else 1,
+                        queue_depth=record.queue_depth,
+                        lease_at=record.last_heartbeat,
+                    )
+                )
             return sorted(result, key=lambda r: r.host_id)
 
     def routable_on(self, host_id: str, now: float) -> list[EngineRoute]:
@@ -397,11 +434,27 @@ class Registry:
 
     def snapshot(self, now: float, demand: tuple[ModelDemand, ...] = ()) -> FleetSnapshot:
         """The frozen observation the planner and reconciler read."""
+        measured = self._measured_resources()
         with self._lock:
-            hosts = tuple(self._host_snapshot(self._hosts[h], now) for h in sorted(self._hosts))
+            hosts = tuple(
+                self._host_snapshot(self._hosts[h], now, measured) for h in sorted(self._hosts)
+            )
         return FleetSnapshot(now=now, hosts=hosts, demand=demand)
 
-    def _host_snapshot(self, record: HostRecord, now: float) -> HostSnapshot:
+    def _measured_resources(self) -> dict[str, tuple[float | None, float | None]]:
+        if self.measured is None:
+            return {}
+        try:
+            return self.measured()
+        except Exception:  # measurements are advisory; never fail a snapshot
+            return {}
+
+    def _host_snapshot(
+        self,
+        record: HostRecord,
+        now: float,
+        measured: dict[str, tuple[float | None, float | None]] | None = None,
+    ) -> HostSnapshot:
         residencies = []
         for residency in record.residencies:
             route = record.routes.get(residency.model_id)
@@ -422,9 +475,15 @@ class Registry:
             residencies.append(
                 replace(residency, state=state, active_requests=active, last_used_at=last_used)
             )
+        resources = record.resources
+        latency_ms, tokens_per_second = (measured or {}).get(record.host_id, (None, None))
+        if latency_ms is not None:
+            resources = replace(resources, measured_latency_ms=latency_ms)
+        if tokens_per_second is not None:
+            resources = replace(resources, measured_tokens_per_second=tokens_per_second)
         return HostSnapshot(
             host_id=record.host_id,
-            resources=record.resources,
+            resources=resources,
             state=record.state,
             last_heartbeat=record.last_heartbeat,
             residencies=tuple(residencies),

@@ -214,6 +214,9 @@ class ControllerService:
                 client=upstream,
             )
         )
+        self.router = router
+        # proxy measurements override self-reported speed in placement snapshots
+        self.registry.measured = router.attribution.host_aggregates
         app = ControllerApp(
             self.controller,
             operator_token=self.operator_token,

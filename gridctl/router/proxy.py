@@ -1,19 +1,24 @@
 """OpenAI-compatible endpoints that forward to admitted, ready child engines.
 
-Only ``model``, ``stream`` and the token-limit hint of a request body are read;
-the body is forwarded untouched and nothing of it is kept. The upstream hop
-carries the private engine key instead of the caller's credentials. A failed
-POST is never replayed: the caller gets the error and the next request may go
-elsewhere.
+Only ``model``, ``stream``, the token-limit hint and the structural features
+of a request body are read; the body is forwarded untouched and nothing of it
+is kept. The upstream hop carries the private engine key instead of the
+caller's credentials, and never the caller's ``X-Grid-Affinity-Key``.
+
+A request that finds every admissible route full waits (bounded) for a slot
+rather than overfilling an engine: effective concurrency is the hard admission
+boundary. A failed POST is never replayed: the caller gets the error, the
+engine's circuit records it, and only later requests go elsewhere.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
 
 import httpx
 from starlette.requests import Request
@@ -21,11 +26,19 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from gridctl.controller.registry import EngineRoute, Registry
-from gridctl.router.choosing import choose_route
+from gridctl.router import affinity
+from gridctl.router.attribution import Attribution
+from gridctl.router.breakers import Breakers, CircuitKey
+from gridctl.router.choosing import Candidate, choose, token_hint
+from gridctl.router.features import RequestFeatures, request_features
+from gridctl.router.sse import UsageParser, completion_tokens
 from gridctl.router.telemetry import RequestObservation, TelemetryTap
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
 HOP_HEADERS = {"content-type", "accept"}
+ADMISSION_WAIT_SECONDS = 30.0
+MAX_WAITING_PER_MODEL = 512
+CLIENT_GONE = 499  # neutral for the breaker: the caller left, not the engine's fault
 
 
 def openai_error(status: int, message: str, kind: str, code: str | None = None) -> JSONResponse:
@@ -43,19 +56,23 @@ class RouterContext:
     unavailable_reason: Callable[[str], str]
     tap: TelemetryTap
     client: httpx.AsyncClient
+    admission_wait_seconds: float = ADMISSION_WAIT_SECONDS
+    breakers: Breakers | None = None  # default: one per router, on ``clock``
+    attribution: Attribution | None = None
+    monotonic: Callable[[], float] = field(default=time.monotonic)
 
 
-def _usage_tokens(payload: Any) -> int:
-    if isinstance(payload, dict):
-        usage = payload.get("usage")
-        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-            return int(usage["completion_tokens"])
-    return 0
+def circuit_key(route: EngineRoute) -> CircuitKey:
+    return (route.host_id, route.endpoint, route.model_id)
 
 
 class Router:
     def __init__(self, context: RouterContext) -> None:
         self.ctx = context
+        self.breakers = context.breakers or Breakers(context.clock)
+        self.attribution = context.attribution or Attribution(context.clock)
+        self._freed: asyncio.Event | None = None
+        self._waiting: dict[str, int] = {}
 
     def routes(self) -> list[Route]:
         return [
@@ -98,21 +115,26 @@ class Router:
             return openai_error(400, "'model' is required", "invalid_request_error", "model")
         stream = bool(payload.get("stream", False))
         now = self.ctx.clock()
-        units_in = len(body) // 4
+        features = request_features(endpoint, payload, len(body))
+        session = affinity.hash_key(request.headers.get(affinity.HEADER))
+        queued = self._waiting.get(model, 0)
+        waited = [0.0]
 
         def observe(outcome: str, status: int, host: str | None, units_out: int = 0) -> None:
             self.ctx.tap.emit(
-                RequestObservation(
-                    t=self.ctx.clock(),
-                    endpoint=endpoint,
-                    model=model,
-                    served_model=model if host else None,
-                    host_id=host,
-                    outcome=outcome,
-                    status=status,
-                    service_seconds=time.monotonic() - started,
-                    input_units=units_in,
-                    output_units=units_out,
+                observation(
+                    self.ctx.clock(),
+                    endpoint,
+                    model,
+                    host,
+                    outcome,
+                    status,
+                    time.monotonic() - started,
+                    features,
+                    queue_depth=queued,
+                    units_out=units_out,
+                    session=affinity.session_token(session),
+                    wait_seconds=waited[0],
                 )
             )
 
@@ -123,20 +145,84 @@ class Router:
                 "invalid_request_error",
                 "model_not_found",
             )
-        routes = self.ctx.registry.routable(model, now)
-        route = choose_route(
-            routes, lambda r: self.ctx.registry.active_requests(r.host_id, r.model_id)
-        )
+        route = await self._admit(model, token_hint(payload), session)
+        waited[0] = time.monotonic() - started
         if route is None:
             observe("rejected", 503, None)
             reason = self.ctx.unavailable_reason(model)
             return openai_error(
                 503,
-                f"model '{model}' has no ready replica: {reason}",
+                f"model '{model}' has no ready replica with a free slot: {reason}",
                 "service_unavailable",
                 "no_ready_replica",
             )
         return await self._send(request, route, path, body, stream, observe)
+
+    # -- admission ---------------------------------------------------------------------
+
+    def _candidates(self, model: str) -> list[Candidate]:
+        registry, now = self.ctx.registry, self.ctx.clock()
+        return [
+            Candidate(
+                route,
+                active=registry.active_requests(route.host_id, route.model_id),
+                circuit_open=not self.breakers.available(circuit_key(route)),
+                estimate=self.attribution.estimate(
+                    route.host_id, route.model_id, route.artifact_sha256
+                ),
+                lease_age=max(0.0, now - route.lease_at),
+            )
+            for route in registry.routable(model, now)
+        ]
+
+    def _try_admit(
+        self, model: str, tokens: int | None, session: bytes | None
+    ) -> EngineRoute | None:
+        """Choose and claim a slot in one step (no await in between, so no race)."""
+        for _ in range(4):  # a lost half-open probe race re-chooses
+            route = choose(self._candidates(model), tokens=tokens, affinity=session)
+            if route is None:
+                return None
+            if self.breakers.admit(circuit_key(route)):
+                self.ctx.registry.request_started(route.host_id, route.model_id, self.ctx.clock())
+                return route
+        return None
+
+    async def _admit(
+        self, model: str, tokens: int | None, session: bytes | None
+    ) -> EngineRoute | None:
+        route = self._try_admit(model, tokens, session)
+        if route is not None:
+            return route
+        if self._waiting.get(model, 0) >= MAX_WAITING_PER_MODEL:
+            return None
+        deadline = self.ctx.monotonic() + self.ctx.admission_wait_seconds
+        self._waiting[model] = self._waiting.get(model, 0) + 1
+        try:
+            while True:
+                candidates = self._candidates(model)
+                if not any(not c.circuit_open and c.capacity > 0 for c in candidates):
+                    return None  # nothing could open by waiting for a slot
+                left = deadline - self.ctx.monotonic()
+                if left <= 0:
+                    return None
+                if self._freed is None:
+                    self._freed = asyncio.Event()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._freed.wait(), timeout=min(left, 0.5))
+                route = self._try_admit(model, tokens, session)
+                if route is not None:
+                    return route
+        finally:
+            self._waiting[model] -= 1
+
+    def _release(self, route: EngineRoute) -> None:
+        self.ctx.registry.request_finished(route.host_id, route.model_id, self.ctx.clock())
+        if self._freed is not None:
+            self._freed.set()  # wake every waiter; each re-chooses
+            self._freed = asyncio.Event()
+
+    # -- upstream ----------------------------------------------------------------------
 
     async def _send(
         self,
@@ -147,57 +233,136 @@ class Router:
         stream: bool,
         observe: Callable[..., None],
     ) -> Response:
-        registry, clock = self.ctx.registry, self.ctx.clock
+        key = circuit_key(route)
         headers = {k: v for k, v in request.headers.items() if k.lower() in HOP_HEADERS}
         if route.api_key:
             headers["authorization"] = f"Bearer {route.api_key}"
         upstream = self.ctx.client.build_request(
             "POST", route.endpoint.rstrip("/") + path, content=body, headers=headers
         )
-        registry.request_started(route.host_id, route.model_id, clock())
+        sent = time.monotonic()
         try:
             response = await self.ctx.client.send(upstream, stream=True)
         except httpx.HTTPError as exc:
-            registry.request_finished(route.host_id, route.model_id, clock())
+            self.breakers.record(key, None)
+            self._release(route)
             observe("error", 502, route.host_id)
             return openai_error(
                 502,
                 f"upstream engine on {route.host_id} failed: {type(exc).__name__}",
                 "upstream_error",
             )
+        except BaseException:
+            self.breakers.record(key, CLIENT_GONE)
+            self._release(route)
+            raise
         ok = response.status_code < 400
         if not stream or not ok:
-            try:
-                content = await response.aread()
-            finally:
-                await response.aclose()
-                registry.request_finished(route.host_id, route.model_id, clock())
-            tokens = 0
-            if ok:
-                try:
-                    tokens = _usage_tokens(json.loads(content))
-                except (json.JSONDecodeError, UnicodeDecodeError):
-                    tokens = 0
-            observe("ok" if ok else "error", response.status_code, route.host_id, tokens)
-            return Response(
-                content,
-                status_code=response.status_code,
-                media_type=response.headers.get("content-type", "application/json"),
-            )
+            return await self._whole(route, response, sent, observe)
+
+        parser = UsageParser()
 
         async def relay() -> AsyncIterator[bytes]:
-            outcome = "error"
+            status: int | None = CLIENT_GONE
             try:
                 async for chunk in response.aiter_raw():
+                    parser.feed(chunk)
                     yield chunk
-                outcome = "ok"
+                status = response.status_code
+            except httpx.HTTPError:
+                status = None  # the engine broke the stream
+                raise
             finally:
                 await response.aclose()
-                registry.request_finished(route.host_id, route.model_id, clock())
-                observe(outcome, response.status_code, route.host_id)
+                parser.close()
+                self.breakers.record(key, status)
+                self._release(route)
+                if status == response.status_code:
+                    self._attribute(route, time.monotonic() - sent, parser.completion_tokens)
+                observe(
+                    "ok" if status == response.status_code else "error",
+                    response.status_code,
+                    route.host_id,
+                    parser.completion_tokens or 0,
+                )
 
         return StreamingResponse(
             relay(),
             status_code=response.status_code,
             media_type=response.headers.get("content-type", "text/event-stream"),
         )
+
+    async def _whole(
+        self,
+        route: EngineRoute,
+        response: httpx.Response,
+        sent: float,
+        observe: Callable[..., None],
+    ) -> Response:
+        key = circuit_key(route)
+        status: int | None = CLIENT_GONE
+        try:
+            content = await response.aread()
+            status = response.status_code
+        except httpx.HTTPError:
+            status = None  # the engine broke the body
+        finally:
+            await response.aclose()
+            self.breakers.record(key, status)
+            self._release(route)
+        if status is None:
+            observe("error", 502, route.host_id)
+            return openai_error(502, f"upstream engine on {route.host_id} failed", "upstream_error")
+        ok = response.status_code < 400
+        tokens = None
+        if ok:
+            try:
+                tokens = completion_tokens(json.loads(content))
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                tokens = None
+            self._attribute(route, time.monotonic() - sent, tokens)
+        observe("ok" if ok else "error", response.status_code, route.host_id, tokens or 0)
+        return Response(
+            content,
+            status_code=response.status_code,
+            media_type=response.headers.get("content-type", "application/json"),
+        )
+
+    def _attribute(self, route: EngineRoute, seconds: float, tokens: int | None) -> None:
+        self.attribution.record(
+            route.host_id, route.model_id, route.artifact_sha256, seconds, tokens
+        )
+
+
+def observation(
+    t: float,
+    endpoint: str,
+    model: str,
+    host: str | None,
+    outcome: str,
+    status: int,
+    service_seconds: float,
+    features: RequestFeatures,
+    *,
+    queue_depth: int,
+    units_out: int,
+    session: str | None,
+    wait_seconds: float,
+) -> RequestObservation:
+    return RequestObservation(
+        t=t,
+        endpoint=endpoint,
+        model=model,
+        served_model=model if host else None,
+        host_id=host,
+        outcome=outcome,
+        status=status,
+        service_seconds=service_seconds,
+        queue_depth=queue_depth,
+        input_units=features.input_units,
+        output_units=units_out,
+        modality=features.modality,
+        workload=features.workload,
+        session=session,
+        wait_seconds=wait_seconds,
+    )

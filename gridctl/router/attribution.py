@@ -1,0 +1,142 @@
+"""Private proxy measurements: latency and completion-token throughput per engine.
+
+Every successful response is attributed to (host, model) and bound to the
+residency's artifact sha256: a new revision resets that engine's estimator on
+its first success, and routing ignores evidence of a previous revision at once.
+Each EWMA averages its first eight samples equally and then moves with weight
+1/8; its *confidence* ramps to full over eight samples and decays against its
+own last-update timestamp, so a stream without token counts can refresh latency
+without making an old token rate look fresh. Expired evidence falls away
+entirely. Nothing here is exposed in discovery or status beyond aggregates.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+RAMP_SAMPLES = 8
+HALF_LIFE_SECONDS = 600.0
+EXPIRY_SECONDS = 3600.0
+MAX_ENGINES = 4096
+
+
+@dataclass
+class Ewma:
+    value: float = 0.0
+    samples: int = 0
+    updated_at: float = 0.0
+
+    def add(self, sample: float, now: float) -> None:
+        self.samples += 1
+        alpha = max(1.0 / self.samples, 1.0 / RAMP_SAMPLES)
+        self.value = sample if self.samples == 1 else self.value + alpha * (sample - self.value)
+        self.updated_at = now
+
+    def confidence(self, now: float) -> float:
+        """0..1: ramp over eight samples times freshness; 0 once expired."""
+        if self.samples == 0:
+            return 0.0
+        age = max(0.0, now - self.updated_at)
+        if age > EXPIRY_SECONDS:
+            return 0.0
+        return min(1.0, self.samples / RAMP_SAMPLES) * 0.5 ** (age / HALF_LIFE_SECONDS)
+
+
+@dataclass
+class EngineMeasurements:
+    artifact_sha256: str | None
+    latency: Ewma = field(default_factory=Ewma)  # end-to-end seconds
+    throughput: Ewma = field(default_factory=Ewma)  # completion tokens per second
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What routing uses for one engine: a value and how much to trust it."""
+
+    latency_seconds: float | None
+    latency_confidence: float
+    tokens_per_second: float | None
+    throughput_confidence: float
+
+
+NO_ESTIMATE = Estimate(None, 0.0, None, 0.0)
+
+
+class Attribution:
+    """Bounded per-engine measurements; thread-safe."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._engines: dict[tuple[str, str], EngineMeasurements] = {}
+
+    def record(
+        self,
+        host_id: str,
+        model_id: str,
+        artifact_sha256: str | None,
+        seconds: float,
+        completion_tokens: int | None,
+    ) -> None:
+        if not math.isfinite(seconds) or seconds <= 0 or seconds > 3600:
+            return
+        now = self._clock()
+        key = (host_id, model_id)
+        with self._lock:
+            engine = self._engines.get(key)
+            if engine is None or engine.artifact_sha256 != artifact_sha256:
+                if engine is None and len(self._engines) >= MAX_ENGINES:
+                    self._evict_oldest()
+                engine = self._engines[key] = EngineMeasurements(artifact_sha256)
+            engine.latency.add(seconds, now)
+            if completion_tokens:
+                engine.throughput.add(completion_tokens / seconds, now)
+
+    def _evict_oldest(self) -> None:
+        oldest = min(self._engines, key=lambda k: self._engines[k].latency.updated_at)
+        del self._engines[oldest]
+
+    def estimate(self, host_id: str, model_id: str, artifact_sha256: str | None) -> Estimate:
+        """Evidence for this exact revision only (another model or revision counts as none)."""
+        now = self._clock()
+        with self._lock:
+            engine = self._engines.get((host_id, model_id))
+            if engine is None or engine.artifact_sha256 != artifact_sha256:
+                return NO_ESTIMATE
+            lat_c = engine.latency.confidence(now)
+            tps_c = engine.throughput.confidence(now)
+            return Estimate(
+                engine.latency.value if lat_c > 0 else None,
+                lat_c,
+                engine.throughput.value if tps_c > 0 else None,
+                tps_c,
+            )
+
+    def host_aggregates(self) -> dict[str, tuple[float | None, float | None]]:
+        """(latency ms, tokens/s) per host that measured exactly one model — placement input.
+
+        A host serving several models gets no aggregate: a fast model must not
+        lend a slow one an inflated score.
+        """
+        now = self._clock()
+        per_host: dict[str, list[EngineMeasurements]] = {}
+        with self._lock:
+            for (host, _model), engine in self._engines.items():
+                per_host.setdefault(host, []).append(engine)
+            result: dict[str, tuple[float | None, float | None]] = {}
+            for host, engines in per_host.items():
+                if len(engines) != 1:
+                    continue
+                engine = engines[0]
+                lat = engine.latency.value * 1000 if engine.latency.confidence(now) >= 0.5 else None
+                tps = engine.throughput.value if engine.throughput.confidence(now) >= 0.5 else None
+                if lat is not None or tps is not None:
+                    result[host] = (lat, tps)
+            return result
+
+    def size(self) -> int:
+        with self._lock:
+            return len(self._engines)
