@@ -1,0 +1,190 @@
+"""The demand learner: direct vs unbound demand, configured ids only, privacy and bounds."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gridctl.demand import DemandLearner, affinity_hash, classify_workload, features_of
+from gridctl.domain import ControllerPolicy, WorkloadCatalog
+
+POLICY = ControllerPolicy()
+CATALOG = WorkloadCatalog()
+T0 = 1_800_000_000.0
+
+
+def learner() -> DemandLearner:
+    book = DemandLearner(POLICY, CATALOG)
+    book.configure({"coder": "a" * 64, "general": None, "old": None}, retiring=["old"])
+    return book
+
+
+def test_unbound_requests_are_workload_demand_and_outcome_evidence_only() -> None:
+    book = learner()
+    for i in range(3):
+        book.observe(
+            features_of(
+                t=T0 + i,
+                endpoint="chat",
+                model="auto",
+                served_model="coder",
+                workload="coding",
+                service_seconds=2.0,
+            )
+        )
+    picture = book.picture(T0 + 10)
+    assert picture.models == ()  # no direct demand for the model that happened to serve
+    (coding,) = picture.workloads
+    assert coding.workload == "coding" and coding.requests == 3
+    (outcome,) = picture.outcomes
+    assert (outcome.model_id, outcome.workload) == ("coder", "coding")
+    assert round(outcome.samples, 3) == 3.0
+
+
+def test_named_requests_are_direct_demand() -> None:
+    book = learner()
+    book.observe(
+        features_of(t=T0, endpoint="chat", model="coder", served_model="coder", workload="coding")
+    )
+    picture = book.picture(T0 + 1)
+    assert [d.model_id for d in picture.models] == ["coder"] and picture.workloads == ()
+
+
+def test_only_configured_non_retiring_models_create_series() -> None:
+    book = learner()
+    for model in ("stranger", "old", "coder"):
+        book.observe(
+            features_of(t=T0, endpoint="chat", model=model, served_model=model, workload="general")
+        )
+    assert sorted(book.direct) == ["coder"]
+
+
+def test_evaluation_traffic_is_never_demand() -> None:
+    book = learner()
+    book.observe(
+        features_of(
+            t=T0,
+            endpoint="chat",
+            model="coder",
+            served_model="coder",
+            workload="coding",
+            evaluation=True,
+        )
+    )
+    book.observe(
+        features_of(
+            t=T0,
+            endpoint="chat",
+            model=None,
+            served_model="coder",
+            workload="coding",
+            evaluation=True,
+        )
+    )
+    assert book.direct == {} and book.unbound == {}
+
+
+def test_a_late_response_from_a_previous_artifact_does_not_update_evidence() -> None:
+    book = learner()
+    book.observe(
+        features_of(
+            t=T0,
+            endpoint="chat",
+            model=None,
+            served_model="coder",
+            workload="coding",
+            artifact_sha256="b" * 64,
+        )
+    )
+    assert book.picture(T0).outcomes == ()
+
+
+def test_unknown_workloads_fold_into_the_default() -> None:
+    book = learner()
+    book.observe(
+        features_of(t=T0, endpoint="chat", model=None, served_model=None, workload="astrology")
+    )
+    assert list(book.unbound) == ["general"]
+
+
+text = st.text(alphabet="abcdefghijklmnopqrstuvwxyz ", min_size=12, max_size=40)
+request = st.tuples(
+    st.sampled_from([None, "auto", "coder", "general", "stranger", "old"]),
+    st.sampled_from(["chat", "embeddings", "image"]),
+    st.floats(0, 20_000),
+    st.floats(0, 120),
+    st.sampled_from(["ok", "error", "rejected"]),
+    st.integers(0, 30),
+    st.booleans(),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(request, text, st.text(min_size=8, max_size=20)), max_size=40))
+def test_no_raw_key_first_hash_or_text_is_reachable_from_learner_state(
+    stream: list[tuple[tuple[str | None, str, float, float, str, int, bool], str, str]],
+) -> None:
+    book = learner()
+    secrets: list[str] = []
+    for (model, endpoint, t, service, outcome, session, evaluation), prompt, raw in sorted(
+        stream, key=lambda r: r[0][2]
+    ):
+        raw_key = f"key-{raw}-{session}"
+        first = affinity_hash(raw_key)
+        prompt = f"zqprompt {prompt} python"
+        secrets += [raw_key, first, prompt]
+        workload = classify_workload(CATALOG, endpoint, "text", prompt)
+        book.observe(
+            features_of(
+                t=T0 + t,
+                endpoint=endpoint,
+                model=model,
+                served_model=model,
+                workload=workload,
+                service_seconds=service,
+                outcome=outcome,
+                session_hash=first,
+                evaluation=evaluation,
+            )
+        )
+    serialised = json.dumps(book.state()) + repr(book.picture(T0 + 20_000.0))
+    for secret in secrets:
+        assert secret not in serialised
+    assert "zqprompt" not in serialised
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(request, st.integers(0, 60)), max_size=150))
+def test_learner_memory_stays_within_caps(
+    stream: list[tuple[tuple[str | None, str, float, float, str, int, bool], int]],
+) -> None:
+    policy = replace(
+        POLICY, affinity_max_workflows=6, affinity_max_transitions=5, demand_window_buckets=4
+    )
+    book = DemandLearner(policy, CATALOG)
+    book.configure({"coder": None, "general": None})
+    workloads = CATALOG.names
+    for (model, endpoint, t, service, outcome, session, _), w in sorted(
+        stream, key=lambda r: r[0][2]
+    ):
+        book.observe(
+            features_of(
+                t=T0 + t,
+                endpoint=endpoint,
+                model=model,
+                served_model=model,
+                workload=workloads[w % len(workloads)],
+                service_seconds=service,
+                outcome=outcome,
+                session_hash=f"h{session}",
+            )
+        )
+        assert set(book.direct) <= {"coder", "general"}
+        assert set(book.unbound) <= set(workloads)
+        assert all(len(s.buckets) <= 4 for s in (*book.direct.values(), *book.unbound.values()))
+        assert len(book.sequences.cursors) <= 6
+        assert len(book.sequences.transitions) <= 5
+        assert len(book.outcomes.service) <= 2 * len(workloads)
