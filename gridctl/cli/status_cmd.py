@@ -1,4 +1,9 @@
-"""``gridctl status``, ``gridctl mode`` and ``gridctl tick``: the operator's controls."""
+"""``gridctl status``, ``gridctl mode`` and ``gridctl tick``: the operator's controls.
+
+The human status table carries the same Argo words as ``gridctl diff``: per
+model SYNC and HEALTH with the reason, and a closing drift summary (operator
+overrides of git, a rejected revision, models out of sync).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gridctl.cli.diff_cmd import drift_report
 from gridctl.client import ControllerClient, ControllerError
 
 
@@ -80,6 +86,7 @@ def render_status(doc: dict[str, Any]) -> str:
     lines.append(mode_line)
     lines.append(
         f"desired revision: {desired.get('revision') or '-'}"
+        f"  last good: {desired.get('last_good_revision') or '-'}"
         + (
             f"  (rejected: {desired['rejected_revision']})"
             if desired.get("rejected_revision")
@@ -126,6 +133,9 @@ def render_status(doc: dict[str, Any]) -> str:
         lines.append(f"delivery safety: {doc['delivery_safety_error']}")
     for warning in doc["warnings"]:
         lines.append(f"warning: {warning}")
+    report = drift_report(doc)
+    lines.append("in sync with git" if report["in_sync"] else f"drift ({len(report['drift'])}):")
+    lines.extend(f"  {line}" for line in report["drift"])
     return "\n".join(lines)
 
 

@@ -17,10 +17,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from gridctl.controller.applying import applied_summary, check_saved_plan, plan_inputs_document
 from gridctl.controller.auth import AuthFailure, NodeVerifier, require_node, require_operator
 from gridctl.controller.control import Controller
 from gridctl.controller.desired import ApiDesired
-from gridctl.controller.snapshotting import snapshot_document
 from gridctl.controller.statusdoc import build_status
 from gridctl.domain import Mode
 from gridctl.errors import PermanentError, WireError
@@ -69,11 +69,13 @@ class ControllerApp:
         operator_token: str,
         verify_node: NodeVerifier,
         extra_routes: list[Route] | None = None,
+        metrics: Callable[[], bytes] | None = None,
     ) -> None:
         self.ctl = controller
         self.operator_token = operator_token
         self.verify_node = verify_node
         self.extra_routes = extra_routes or []
+        self.render_metrics = metrics
 
     def build(self) -> Starlette:
         routes = [
@@ -84,6 +86,8 @@ class ControllerApp:
             Route("/allocator/snapshot", guarded(self.snapshot), methods=["GET"]),
             Route("/allocator/mode", guarded(self.mode), methods=["PUT"]),
             Route("/allocator/tick", guarded(self.tick), methods=["POST"]),
+            Route("/allocator/apply", guarded(self.apply), methods=["POST"]),
+            Route("/metrics", self.metrics, methods=["GET"]),
             Route("/allocator/external/{name}", guarded(self.external), methods=["PUT"]),
             Route(
                 "/allocator/models/{model_id:path}", guarded(self.models), methods=["PUT", "DELETE"]
@@ -121,7 +125,25 @@ class ControllerApp:
 
     async def snapshot(self, request: Request) -> Response:
         require_operator(request, self.operator_token)
-        return JSONResponse(snapshot_document(self.ctl))
+        return JSONResponse(await asyncio.to_thread(plan_inputs_document, self.ctl))
+
+    async def apply(self, request: Request) -> Response:
+        """Apply a saved plan if its inputs still hold (409 "stale plan" naming what moved)."""
+        require_operator(request, self.operator_token)
+        body = await read_json(request)
+        status, answer = await asyncio.to_thread(check_saved_plan, self.ctl, body)
+        if status != 200:
+            return JSONResponse(answer, status_code=status)
+        await asyncio.to_thread(self.ctl.tick)
+        answer.update(applied_summary(self.ctl, body.get("actions") or []))
+        return JSONResponse(answer)
+
+    async def metrics(self, request: Request) -> Response:
+        """Prometheus text exposition; public like status (counts and states, no secrets)."""
+        if self.render_metrics is None:
+            return error(404, "metrics are not enabled on this controller")
+        body = await asyncio.to_thread(self.render_metrics)
+        return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def mode(self, request: Request) -> Response:
         require_operator(request, self.operator_token)

@@ -123,6 +123,8 @@ class Controller:
         self.last_tick: TickRecord | None = None
         self.last_success_ms: float | None = None
         self.delivery_safety_error: str | None = None
+        # called after every tick with its record (metrics); must not raise into the loop
+        self.tick_observers: list[Callable[[TickRecord], None]] = []
         self._previous_profiles: dict[str, ModelProfile] | None = None
         # restored commands get the bounded membership-recovery grace (in memory only)
         self._grace: RestartGrace | None = (
@@ -293,6 +295,11 @@ class Controller:
                     self.revisions["success"] = max(self.revisions["success"], dirty)
                     self.last_success_ms = record.duration_ms
                 self._tick_done.notify_all()
+            for observer in list(self.tick_observers):
+                try:
+                    observer(record)
+                except Exception:  # an observer must never break the tick loop
+                    log.exception("tick observer failed")
             return record
 
     def _startup_estimates(

@@ -96,6 +96,18 @@ class ApiDesired:
             self._rebuild()
             return True
 
+    def adopt(self, state: DesiredState, documents: dict[str, dict[str, Any]]) -> None:
+        """Make an operator-approved revision (an applied saved plan) the desired state.
+
+        ``documents`` are its filled ModelProfile documents by name, so later
+        ``PUT``/``DELETE`` calls edit on top of it; the revision is the plan's own.
+        """
+        with self._lock:
+            self._documents = dict(documents)
+            self._policy = state.policy
+            self.current = state
+            self._changed_at = self._clock()
+
     def set_policy(self, policy: ControllerPolicy) -> None:
         with self._lock:
             self._policy = policy

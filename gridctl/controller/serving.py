@@ -36,6 +36,7 @@ from gridctl.credentials import (
     load_or_create_signing_key,
     verify_node_credential,
 )
+from gridctl.metrics import ControllerMetrics
 from gridctl.router.proxy import Router, RouterContext
 from gridctl.router.telemetry import TelemetryTap
 
@@ -119,6 +120,9 @@ class ControllerService:
         self.tap = TelemetryTap()
         self.tap.add(self.controller.demand.observe)
         self.tap.add(lambda _obs: self.controller.mark_dirty())
+        self.metrics = ControllerMetrics(self.controller, known_model=self._configured)
+        self.tap.add(self.metrics.observe_request)
+        self.controller.tick_observers.append(self.metrics.observe_tick)
         self._stop = threading.Event()
         self._tick_thread: threading.Thread | None = None
 
@@ -222,6 +226,7 @@ class ControllerService:
             operator_token=self.operator_token,
             verify_node=self.verify_node,
             extra_routes=router.routes(),
+            metrics=self.metrics.render,
         ).build()
 
         @contextlib.asynccontextmanager

@@ -1,0 +1,165 @@
+"""``gridctl apply``: submit a saved plan, or show what a controller without --watch would do.
+
+``gridctl apply PLAN.json`` posts the plan made by ``gridctl plan --out`` to
+``POST /allocator/apply``. The controller accepts it only while the digest of
+its current inputs equals the plan's; otherwise it answers 409 "stale plan"
+and names what moved, and this command prints that and exits 1. An accepted
+plan's desired revision becomes the operator-approved target and its actions
+go through the normal governor — nothing bypasses a safety rule.
+
+``gridctl apply DIR --dry-run`` plans DIR against the controller's live
+observation for the mode that controller would use (its operator override,
+else DIR's) and prints the actions, executing nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from gridctl.cli import plan_cmd
+from gridctl.client import ControllerClient, ControllerError, default_controller_url
+from gridctl.controller.applying import PLAN_FORMAT
+from gridctl.domain import Mode
+from gridctl.errors import WireError
+
+MAX_PLAN_BYTES = 4 * 1024 * 1024
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "apply",
+        help="apply a saved plan (refused when stale), or --dry-run a desired-state directory",
+        description="Submit PLAN.json (from `gridctl plan --out`) to the controller. It is "
+        "applied only if the controller's inputs (desired revision, hosts, residencies, "
+        "demand, policy) still match the plan's; otherwise the controller refuses with "
+        "'stale plan' and names what moved. With DIR and --dry-run, print what a controller "
+        "without --watch would do with DIR now.",
+    )
+    parser.add_argument("target", metavar="PLAN.json|DIR", help="saved plan, or DIR with --dry-run")
+    parser.add_argument(
+        "--controller",
+        metavar="URL",
+        help="controller base URL (default: the plan's, else $GRIDCTL_CONTROLLER or "
+        "http://127.0.0.1:22100)",
+    )
+    parser.add_argument(
+        "--token-file",
+        type=Path,
+        metavar="FILE",
+        help="operator token file (default $GRIDCTL_TOKEN_FILE or the one `gridctl up` wrote)",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="with DIR: print the actions, change nothing"
+    )
+    parser.add_argument("--json", action="store_true", help="print the controller's answer")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    target = Path(args.target)
+    if args.dry_run:
+        return dry_run(args)
+    if target.is_dir():
+        print(
+            "error: a directory needs --dry-run; save a plan with `gridctl plan --out`",
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        saved = read_plan(target)
+    except WireError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    against = saved.get("against")
+    url = args.controller or (
+        against if isinstance(against, str) and plan_cmd.is_url(against) else None
+    )
+    with ControllerClient(url or default_controller_url(), token_file=args.token_file) as client:
+        try:
+            answer = client.call_admin("POST", "/allocator/apply", json=saved)
+        except ControllerError as exc:
+            return refused(exc)
+    if args.json:
+        print(json.dumps(answer, indent=2))
+        return 0
+    print_applied(answer, saved)
+    return 0
+
+
+def read_plan(path: Path) -> dict[str, Any]:
+    try:
+        if path.stat().st_size > MAX_PLAN_BYTES:
+            raise WireError(f"{path}: larger than {MAX_PLAN_BYTES} bytes")
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise WireError(f"{path}: cannot read the plan: {exc.strerror}") from exc
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise WireError(f"{path}: not valid JSON: {exc}") from exc
+    if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
+        raise WireError(f"{path}: not a saved plan (make one with `gridctl plan --out`)")
+    return data
+
+
+def refused(exc: ControllerError) -> int:
+    """Print a refusal; a stale plan's message already lists what moved, one input a line."""
+    print(f"error: {exc}", file=sys.stderr)
+    return 1
+
+
+def print_applied(answer: dict[str, Any], saved: dict[str, Any]) -> None:
+    mode = answer.get("effective_mode")
+    print(
+        f"applied revision {str(answer.get('revision'))[:12]} "
+        f"(inputs {str(answer.get('inputs_digest'))[:12]}); controller mode {mode}"
+    )
+    if answer.get("refused_automatic"):
+        print(f"  {answer['refused_automatic']}")
+    for row in answer.get("actions", []):
+        state = "executable" if row["executable"] else f"held: {row.get('blocked') or '-'}"
+        print(f"  {row['kind']:<6} {row['model_id']} on {row['host_id']} [{state}]")
+    if answer.get("not_in_plan"):
+        print(
+            f"  the controller also proposed {len(answer['not_in_plan'])} action(s) not in the plan"
+        )
+    if answer.get("planned_but_absent"):
+        print(
+            f"  {len(answer['planned_but_absent'])} planned action(s) were not proposed "
+            "(already done, or superseded)"
+        )
+    if mode != Mode.AUTOMATIC.value and (saved.get("actions") or answer.get("actions")):
+        print(f"  mode is {mode}: actions are proposed, not executed")
+
+
+def dry_run(args: argparse.Namespace) -> int:
+    desired = plan_cmd.load_desired(args.target)
+    if desired is None:
+        return 1
+    url = args.controller or default_controller_url()
+    try:
+        observation = plan_cmd.read_observation(url, args.token_file)
+    except (WireError, ControllerError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    override = (observation.controller or {}).get("mode_override")
+    mode = Mode(override) if override else desired.policy.mode
+    try:
+        result = plan_cmd.dry_run(desired, observation, mode)
+    except WireError as exc:
+        print(f"error: {url}: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        document = plan_cmd.saved_plan(result, args.target)
+        document.pop("desired", None)
+        print(json.dumps(document, indent=2, sort_keys=True))
+        return 0
+    print(f"dry run: a controller without --watch holding {desired.revision[:12]} would, now:")
+    why = "operator override" if override else "DIR's ControllerPolicy"
+    print(f"mode {mode.value} ({why})")
+    plan_cmd.print_diff(result.plan, result.plan_ms, result)
+    if not (result.result.actions or result.result.deferred):
+        print("no actions")
+    return 0
