@@ -8,7 +8,8 @@ nothing the plan changes, so it is memoised per (model, host) by the caller.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from itertools import chain
 
 from gridctl.domain import ModelProfile
 from gridctl.planner.host_views import HostView
@@ -67,10 +68,13 @@ def deny_list(profile: ModelProfile, view: HostView) -> Rejection | None:
     return None
 
 
+PINNED_ELSEWHERE = Rejection(RejectionCode.NOT_PINNED, "model is pinned elsewhere")
+
+
 def pins(profile: ModelProfile, view: HostView) -> Rejection | None:
     """A pinned model lives only on its pinned hosts, one replica on each."""
     if profile.pins and view.host_id not in profile.pins:
-        return Rejection(RejectionCode.NOT_PINNED, "model is pinned elsewhere")
+        return PINNED_ELSEWHERE
     return None
 
 
@@ -109,16 +113,22 @@ class EligibilityMemo:
     """Static filters evaluated once per (model, host shape), not per host.
 
     Fleets are built from a few kinds of machine, so a thousand hosts usually
-    have a handful of shapes; only pins depend on the host id itself.
+    have a handful of shapes; only pins depend on the host id itself. Equal
+    rejections are interned, so models rejected for the same reason share one
+    value (and one explanation per host).
     """
 
     def __init__(self) -> None:
         self._shape: dict[tuple[str, object], Rejection | None] = {}
+        self._interned: dict[Rejection, Rejection] = {}
 
     def shape_rejection(self, profile: ModelProfile, view: HostView) -> Rejection | None:
         key = (profile.name, view.shape)
         if key not in self._shape:
-            self._shape[key] = _first(SHAPE_FILTERS, profile, view)
+            found = _first(SHAPE_FILTERS, profile, view)
+            if found is not None:
+                found = self._interned.setdefault(found, found)
+            self._shape[key] = found
         return self._shape[key]
 
     def static_rejection(self, profile: ModelProfile, view: HostView) -> Rejection | None:
@@ -130,6 +140,101 @@ class EligibilityMemo:
     def compatible(self, profile: ModelProfile, view: HostView) -> bool:
         """Could the host take the model if its lifecycle allowed (future-compatible)?"""
         return self.shape_rejection(profile, view) is None and pins(profile, view) is None
+
+
+class StaticEligibility:
+    """Static eligibility of every (model, host) pair, computed per host shape.
+
+    Hosts are grouped by ``HostView.shape``; a model's shape filters run once
+    per shape, and its eligible hosts are the admitted hosts of the shapes it
+    passes (narrowed to its pins, if any). Per model it keeps the eligible
+    hosts in host id order, the static rejection codes seen, and how many hosts
+    are compatible regardless of lifecycle. Admitted hosts that every model
+    judges alike share a *class* (same shape, same pinned models eligible), so
+    fleet-wide indexes such as scarcity are built per class, not per host.
+    """
+
+    def __init__(self, profiles: Mapping[str, ModelProfile], views: Mapping[str, HostView]) -> None:
+        self.memo = EligibilityMemo()
+        self.views = views
+        self.profiles = profiles
+        shapes: dict[tuple[object, ...], int] = {}
+        self.shape_of: dict[str, int] = {}
+        reps: list[HostView] = []
+        admitted: list[list[str]] = []
+        sizes: list[int] = []
+        admission_codes: set[RejectionCode] = set()
+        for host_id, view in views.items():
+            index = shapes.get(view.shape)
+            if index is None:
+                index = shapes[view.shape] = len(reps)
+                reps.append(view)
+                admitted.append([])
+                sizes.append(0)
+            self.shape_of[host_id] = index
+            sizes[index] += 1
+            if view.admission is None:
+                admitted[index].append(host_id)
+            else:
+                admission_codes.add(view.admission.code)
+        self.rejections: dict[str, tuple[Rejection | None, ...]] = {}
+        self.eligible: dict[str, tuple[str, ...]] = {}
+        self.eligible_set: dict[str, frozenset[str]] = {}
+        self.codes: dict[str, set[RejectionCode]] = {}
+        self.compatible: dict[str, int] = {}
+        opened: dict[tuple[int, ...], tuple[str, ...]] = {}
+        pinned_here: dict[str, set[str]] = {}
+        for model_id, profile in profiles.items():
+            rejections = tuple(self.memo.shape_rejection(profile, rep) for rep in reps)
+            passing = tuple(i for i, found in enumerate(rejections) if found is None)
+            codes = set(admission_codes)
+            for index, found in enumerate(rejections):
+                if found is not None and admitted[index]:
+                    codes.add(found.code)
+            open_hosts = opened.get(passing)
+            if open_hosts is None:
+                merged = chain.from_iterable(admitted[i] for i in passing)
+                open_hosts = opened[passing] = tuple(sorted(merged))
+            if profile.pins:
+                pinned = set(profile.pins)
+                eligible = tuple(h for h in open_hosts if h in pinned)
+                if len(eligible) < len(open_hosts):
+                    codes.add(RejectionCode.NOT_PINNED)
+                compatible = sum(
+                    1 for h in pinned if h in self.shape_of and rejections[self.shape_of[h]] is None
+                )
+                for host_id in eligible:
+                    pinned_here.setdefault(host_id, set()).add(model_id)
+            else:
+                eligible = open_hosts
+                compatible = sum(sizes[i] for i in passing)
+            self.rejections[model_id] = rejections
+            self.eligible[model_id] = eligible
+            self.eligible_set[model_id] = frozenset(eligible)
+            self.codes[model_id] = codes
+            self.compatible[model_id] = compatible
+        classes: dict[tuple[int, frozenset[str]], int] = {}
+        self.class_of: dict[str, int] = {}
+        self.class_reps: list[str] = []
+        for host_id, view in views.items():
+            if view.admission is not None:
+                continue
+            key = (self.shape_of[host_id], frozenset(pinned_here.get(host_id, ())))
+            index = classes.get(key)
+            if index is None:
+                index = classes[key] = len(self.class_reps)
+                self.class_reps.append(host_id)
+            self.class_of[host_id] = index
+
+    def rejection(self, model_id: str, host_id: str) -> Rejection | None:
+        """The first static rejection of one pair, in ``STATIC_FILTERS`` order."""
+        view = self.views[host_id]
+        if view.admission is not None:
+            return view.admission
+        found = self.rejections[model_id][self.shape_of[host_id]]
+        if found is not None:
+            return found
+        return pins(self.profiles[model_id], view)
 
 
 def _first(

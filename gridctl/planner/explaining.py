@@ -3,19 +3,141 @@
 Filters and scorers report into an ``ExplanationBook`` as they run; the book
 keeps the latest word per (model, host) in compact form and only builds the
 frozen ``CandidateExplanation`` values once, at the end of the plan.
+
+Most of a large plan's (model, host) pairs are never touched by a search: they
+are statically rejected, or eligible but not evaluated. Those are not booked
+one by one; ``StaticRows`` derives them at the end from the host shapes (one
+static rejection per model and shape, one static score per model and host
+class) and shares equal explanations of one host between models, so a plan of
+1,000 hosts and 200 models does not build 200,000 values.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from gridctl.domain import CandidateExplanation, ModelExplanation, ScoreComponent
 from gridctl.planner.rejections import Rejection
-from gridctl.planner.scoring import Components, total
+from gridctl.planner.scoring import Components
 from gridctl.planner.targets import ReplicaTarget
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from gridctl.planner.workspace import Workspace
 
 # A rejection, or (components, score).
 Entry = Rejection | tuple[Components, float]
+
+UNSCORED: Entry = ((), 0.0)
+NOT_SEARCHED = "eligible; not scored: incumbents already meet the target"
+NOT_EVALUATED = "not evaluated: a better host was found first"
+
+
+class Candidates:
+    """Frozen candidate explanations, equal ones shared and score parts interned."""
+
+    def __init__(self) -> None:
+        self._interned: dict[tuple[str, float], ScoreComponent] = {}
+        self._frozen_parts: dict[Components, tuple[ScoreComponent, ...]] = {}
+        self._shared: dict[tuple[object, ...], CandidateExplanation] = {}
+        # keyed by the identity of a long-lived entry; the entry is kept alive here
+        self._by_identity: dict[tuple[str, int, str], tuple[Entry, CandidateExplanation]] = {}
+
+    def components(self, parts: Components) -> tuple[ScoreComponent, ...]:
+        found = self._frozen_parts.get(parts)
+        if found is None:
+            built = []
+            for part in parts:
+                component = self._interned.get(part)
+                if component is None:
+                    component = self._interned[part] = ScoreComponent(part[0], part[1])
+                built.append(component)
+            found = self._frozen_parts[parts] = tuple(built)
+        return found
+
+    def make(self, host_id: str, entry: Entry, chosen: bool, note: str) -> CandidateExplanation:
+        """The explanation of one pair; identical explanations of one host share one value."""
+        key = (host_id, entry, chosen, note)
+        found = self._shared.get(key)
+        if found is not None:
+            return found
+        if isinstance(entry, Rejection):
+            found = CandidateExplanation(
+                host_id=host_id,
+                rejection=entry.code.value,
+                detail=f"{entry.detail} [{note}]" if note else entry.detail,
+                chosen=chosen,
+            )
+        else:
+            parts, score = entry
+            found = CandidateExplanation(
+                host_id=host_id,
+                detail=note,
+                score=score if parts else None,
+                components=self.components(parts),
+                chosen=chosen,
+            )
+        self._shared[key] = found
+        return found
+
+    def static(self, host_id: str, entry: Entry, note: str) -> CandidateExplanation:
+        """``make(host_id, entry, False, note)`` for an entry that lives as long as the plan."""
+        key = (host_id, id(entry), note)
+        hit = self._by_identity.get(key)
+        if hit is not None and hit[0] is entry:
+            return hit[1]
+        found = self.make(host_id, entry, False, note)
+        self._by_identity[key] = (entry, found)
+        return found
+
+
+class StaticRows:
+    """The explanation of every pair no search touched, derived from the static indexes."""
+
+    def __init__(self, ws: Workspace) -> None:
+        self._ws = ws
+        self._rows: dict[tuple[int, ...], list[CandidateExplanation]] = {}
+
+    def entry(self, model_id: str, host_id: str) -> tuple[Entry, str]:
+        """(entry, default note) of one pair nothing was booked for."""
+        ws = self._ws
+        rejection = ws.static.rejection(model_id, host_id)
+        if rejection is not None:
+            return rejection, ""
+        if ws.searched(model_id):
+            return ws.static_score(model_id, host_id), NOT_EVALUATED
+        return UNSCORED, NOT_SEARCHED
+
+    def row(self, model_id: str, cells: Candidates) -> Sequence[CandidateExplanation]:
+        """One candidate per host, in host order, as if nothing had been booked."""
+        ws = self._ws
+        static = ws.static
+        if ws.profiles[model_id].pins:
+            row = []
+            for host_id in ws.host_ids:
+                entry, note = self.entry(model_id, host_id)
+                row.append(cells.static(host_id, entry, note))
+            return row
+        rejections = static.rejections[model_id]
+        key = tuple(id(r) for r in rejections)  # interned rejections, alive with the memo
+        base = self._rows.get(key)
+        if base is None:
+            base = []
+            for host_id, view in ws.views.items():
+                found = view.admission or rejections[static.shape_of[host_id]]
+                if found is None:
+                    base.append(cells.static(host_id, UNSCORED, NOT_SEARCHED))
+                else:
+                    base.append(cells.static(host_id, found, ""))
+            self._rows[key] = base
+        if not ws.searched(model_id):
+            return base
+        row = list(base)
+        position = ws.host_position
+        score = ws.static_score
+        for host_id in ws.eligible[model_id]:
+            row[position[host_id]] = cells.static(host_id, score(model_id, host_id), NOT_EVALUATED)
+        return row
 
 
 class ExplanationBook:
@@ -23,8 +145,8 @@ class ExplanationBook:
 
     def __init__(self) -> None:
         self._entries: dict[str, dict[str, Entry]] = {}
-        self._chosen: set[tuple[str, str]] = set()
-        self._notes: dict[tuple[str, str], str] = {}
+        self._chosen: dict[str, set[str]] = {}
+        self._notes: dict[str, dict[str, str]] = {}
 
     def reject(self, model_id: str, host_id: str, rejection: Rejection) -> None:
         self._entries.setdefault(model_id, {})[host_id] = rejection
@@ -33,12 +155,12 @@ class ExplanationBook:
         self._entries.setdefault(model_id, {})[host_id] = (components, score)
 
     def choose(self, model_id: str, host_id: str, note: str = "") -> None:
-        self._chosen.add((model_id, host_id))
+        self._chosen.setdefault(model_id, set()).add(host_id)
         if note:
-            self._notes[(model_id, host_id)] = note
+            self._notes.setdefault(model_id, {})[host_id] = note
 
     def unchoose(self, model_id: str, host_id: str) -> None:
-        self._chosen.discard((model_id, host_id))
+        self._chosen.get(model_id, set()).discard(host_id)
 
     def has(self, model_id: str, host_id: str) -> bool:
         return host_id in self._entries.get(model_id, {})
@@ -47,79 +169,40 @@ class ExplanationBook:
         self,
         targets: Mapping[str, ReplicaTarget],
         hosts: tuple[str, ...],
-        unscored: Callable[[str, str], Components | None],
+        static: StaticRows,
     ) -> tuple[ModelExplanation, ...]:
-        """Freeze the book; ``unscored`` supplies static components for hosts never evaluated.
+        """Freeze the book over ``static``'s rows for the pairs nothing was booked for.
 
-        It returns None when the model never searched for a host (its incumbents
-        already met the target); such hosts are listed as eligible, unscored.
+        Hosts of a model that never searched (its incumbents already met the
+        target) are listed as eligible, unscored; hosts a search ranked but did
+        not reach carry their static score parts.
         """
-        interned: dict[tuple[str, float], ScoreComponent] = {}
-        frozen_parts: dict[Components, tuple[ScoreComponent, ...]] = {}
-        shared: dict[tuple[object, ...], CandidateExplanation] = {}
-
-        def components(parts: Components) -> tuple[ScoreComponent, ...]:
-            found = frozen_parts.get(parts)
-            if found is None:
-                built = []
-                for part in parts:
-                    component = interned.get(part)
-                    if component is None:
-                        component = interned[part] = ScoreComponent(part[0], part[1])
-                    built.append(component)
-                found = frozen_parts[parts] = tuple(built)
-            return found
-
-        def candidate(host_id: str, entry: Entry, chosen: bool, note: str) -> CandidateExplanation:
-            # identical explanations of one host (across models) share one value
-            key = (host_id, entry, chosen, note)
-            found = shared.get(key)
-            if found is not None:
-                return found
-            if isinstance(entry, Rejection):
-                found = CandidateExplanation(
-                    host_id=host_id,
-                    rejection=entry.code.value,
-                    detail=f"{entry.detail} [{note}]" if note else entry.detail,
-                    chosen=chosen,
-                )
-            else:
-                parts, score = entry
-                found = CandidateExplanation(
-                    host_id=host_id,
-                    detail=note,
-                    score=score if parts else None,
-                    components=components(parts),
-                    chosen=chosen,
-                )
-            shared[key] = found
-            return found
-
+        cells = Candidates()
+        position = {host_id: index for index, host_id in enumerate(hosts)}
         explanations: list[ModelExplanation] = []
         for model_id in sorted(targets):
             target = targets[model_id]
+            row = static.row(model_id, cells)
             entries = self._entries.get(model_id, {})
-            candidates: list[CandidateExplanation] = []
-            for host_id in hosts:
-                entry = entries.get(host_id)
-                chosen = (model_id, host_id) in self._chosen
-                note = self._notes.get((model_id, host_id), "")
-                if entry is None:
-                    parts = unscored(model_id, host_id)
-                    if parts is None:
-                        entry = ((), 0.0)
-                        note = note or "eligible; not scored: incumbents already meet the target"
-                    else:
-                        entry = (parts, total(parts))
-                        note = note or "not evaluated: a better host was found first"
-                candidates.append(candidate(host_id, entry, chosen, note))
+            chosen = self._chosen.get(model_id, set())
+            notes = self._notes.get(model_id, {})
+            touched = set(entries) | chosen | set(notes)
+            if touched:
+                row = list(row)
+                for host_id in touched:
+                    entry = entries.get(host_id)
+                    note = notes.get(host_id, "")
+                    if entry is None:
+                        entry, default_note = static.entry(model_id, host_id)
+                        note = note or default_note
+                    row[position[host_id]] = cells.make(host_id, entry, host_id in chosen, note)
             explanations.append(
                 ModelExplanation(
                     model_id=model_id,
                     target_replicas=target.replicas,
                     target_reason=target.reason,
                     demand_class=target.first_class,
-                    candidates=tuple(candidates),
+                    candidates=tuple(row),
                 )
             )
         return tuple(explanations)

@@ -21,8 +21,8 @@ from gridctl.domain import (
     UnsatisfiedCode,
 )
 from gridctl.planner.canonical import input_digest
+from gridctl.planner.explaining import StaticRows
 from gridctl.planner.rounds import place_pins, place_rounds
-from gridctl.planner.scoring import ScarcityIndex
 from gridctl.planner.seeding import seed_incumbents
 from gridctl.planner.targets import FleetFacts, replica_target
 from gridctl.planner.workspace import Workspace
@@ -38,7 +38,7 @@ def plan_placement(
     digest = input_digest(profiles, snapshot, policy)
     ws = Workspace(profiles, snapshot, policy)
     set_targets(ws)
-    ws.scarcity = ScarcityIndex(ws.eligible, {m: t.replicas for m, t in ws.targets.items()})
+    ws.build_scarcity()
     seed_incumbents(ws)
     place_pins(ws)
     place_rounds(ws)
@@ -48,25 +48,32 @@ def plan_placement(
 
 def fleet_facts(ws: Workspace, model_id: str) -> FleetFacts:
     profile = ws.profiles[model_id]
+    eligible = ws.eligible_set[model_id]
     ready = 0
     recent = 0
-    fastest: float | None = None
     horizon = ws.now - profile.scale_down_cooldown_seconds
-    for host_id in ws.eligible[model_id]:
-        row = ws.incumbent(model_id, host_id)
-        if row is None:
-            view = ws.views[host_id]
-            startup = profile.warm_seconds
-            if not view.has_exact_artifact(profile):
-                startup += profile.load_seconds
-            fastest = startup if fastest is None else min(fastest, startup)
-            continue
+    incumbents = {h: row for h, row in ws.incumbents[model_id].items() if h in eligible}
+    for row in incumbents.values():
         if row.residency.state is ResidencyState.READY:
             ready += 1
             stamps = [t for t in (row.residency.loaded_at, row.residency.last_used_at) if t]
             if stamps and max(stamps) >= horizon:
                 recent += 1
-    if fastest is None and ws.eligible[model_id]:
+    # the fastest start among eligible hosts without an incumbent: warm only where
+    # the exact artifact is cached, load plus warm elsewhere
+    open_hosts = len(eligible) - len(incumbents)
+    cached = sum(
+        1
+        for h in ws.cached_hosts[model_id]
+        if h in eligible and h not in incumbents and ws.views[h].has_exact_artifact(profile)
+    )
+    starts: list[float] = []
+    if cached:
+        starts.append(profile.warm_seconds)
+    if open_hosts > cached:
+        starts.append(profile.warm_seconds + profile.load_seconds)
+    fastest: float | None = min(starts) if starts else None
+    if fastest is None and eligible:
         fastest = profile.warm_seconds + profile.load_seconds
     return FleetFacts(ready=ready, recent_ready=recent, startup_seconds=fastest)
 
@@ -106,7 +113,7 @@ def assemble(ws: Workspace, digest: str) -> Plan:
         )
         for (model_id, code), shortfall in sorted(ws.shortfalls.items())
     ]
-    explanations = ws.explain.build(ws.targets, ws.host_ids, ws.searched_static_parts)
+    explanations = ws.explain.build(ws.targets, ws.host_ids, StaticRows(ws))
     return Plan(
         input_digest=digest,
         now=ws.now,

@@ -16,7 +16,7 @@ dynamic part can add at most ``DYNAMIC_MAX``.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from gridctl.domain import ControllerPolicy, ModelProfile, ResidencyState
@@ -71,40 +71,48 @@ class FleetNorms:
 class ScarcityIndex:
     """Which hosts constrained models need, queried per flexible model in O(log n).
 
-    For every host it keeps the (eligible-host count, need) of each demanded
-    model that may run there, sorted by count with running maxima, so "the
-    largest need of a model more constrained than mine" is one bisection.
+    For every host class (hosts every model judges alike, see
+    ``StaticEligibility``) it keeps the (eligible-host count, need) of each
+    demanded model that may run there, sorted by count with running maxima, so
+    "the largest need of a model more constrained than mine" is one bisection.
     """
 
-    def __init__(self, eligible: Mapping[str, Sequence[str]], targets: Mapping[str, int]) -> None:
-        rows: dict[str, list[tuple[int, float]]] = {}
+    def __init__(
+        self,
+        eligible: Mapping[str, Collection[str]],
+        targets: Mapping[str, int],
+        host_class: Mapping[str, int],
+        class_reps: Sequence[str],
+    ) -> None:
+        demanded: list[tuple[int, float, Collection[str]]] = []
         for model in sorted(eligible):
             hosts = eligible[model]
             wanted = targets.get(model, 0)
-            if not hosts or wanted <= 0:
-                continue
-            need = min(1.0, wanted / len(hosts))
-            for host in hosts:
-                rows.setdefault(host, []).append((len(hosts), need))
-        self._counts: dict[str, list[int]] = {}
-        self._running: dict[str, list[float]] = {}
-        for host, entries in rows.items():
-            entries.sort()
+            if hosts and wanted > 0:
+                demanded.append((len(hosts), min(1.0, wanted / len(hosts)), hosts))
+        self._class = host_class
+        self._counts: list[list[int]] = []
+        self._running: list[list[float]] = []
+        for rep in class_reps:
+            entries = sorted((count, need) for count, need, hosts in demanded if rep in hosts)
             best = 0.0
             running: list[float] = []
             for _, need in entries:
                 best = max(best, need)
                 running.append(best)
-            self._counts[host] = [count for count, _ in entries]
-            self._running[host] = running
+            self._counts.append([count for count, _ in entries])
+            self._running.append(running)
 
     def need(self, host_id: str, my_count: int) -> float:
         """Largest need on ``host_id`` of a model with fewer eligible hosts than ``my_count``."""
-        counts = self._counts.get(host_id)
-        if not counts or my_count <= 1:
+        index = self._class.get(host_id)
+        if index is None or my_count <= 1:
             return 0.0  # no alternative destination: never penalised
-        index = bisect_left(counts, my_count)
-        return self._running[host_id][index - 1] if index > 0 else 0.0
+        counts = self._counts[index]
+        if not counts:
+            return 0.0
+        found = bisect_left(counts, my_count)
+        return self._running[index][found - 1] if found > 0 else 0.0
 
 
 def static_components(

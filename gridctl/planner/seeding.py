@@ -39,11 +39,8 @@ def _preferred_incumbents(ws: Workspace, model_id: str) -> list[tuple[str, LiveR
     target = ws.targets[model_id].replicas
     if target <= 0:
         return []
-    found: list[tuple[str, LiveResidency]] = []
-    for host_id in ws.eligible[model_id]:
-        row = ws.incumbent(model_id, host_id)
-        if row is not None:
-            found.append((host_id, row))
+    eligible = ws.eligible_set[model_id]
+    found = [(h, row) for h, row in ws.incumbents[model_id].items() if h in eligible]
     found.sort(key=lambda item: (_STATE_RANK.get(item[1].residency.state.value, 3), item[0]))
     spread: list[tuple[str, LiveResidency]] = []
     rest: list[tuple[str, LiveResidency]] = []

@@ -23,7 +23,7 @@ from gridctl.domain import (
     Preemption,
     UnsatisfiedCode,
 )
-from gridctl.planner.eligibility import EligibilityMemo
+from gridctl.planner.eligibility import StaticEligibility
 from gridctl.planner.explaining import ExplanationBook
 from gridctl.planner.host_views import SATISFYING_STATES, HostView, LiveResidency, build_host_view
 from gridctl.planner.ledgers import HostLedger
@@ -61,33 +61,42 @@ class Workspace:
             h.host_id: build_host_view(h, self.profiles, self.now, policy) for h in ordered_hosts
         }
         self.host_ids: tuple[str, ...] = tuple(self.views)
+        self.host_position: dict[str, int] = {h: i for i, h in enumerate(self.host_ids)}
         self.ledgers: dict[str, HostLedger] = {k: HostLedger(v) for k, v in self.views.items()}
         self.explain = ExplanationBook()
         self.norms = FleetNorms.of(list(self.views.values()))
         self.exclusions = _reciprocal_exclusions(self.profiles)
-        self.eligible: dict[str, tuple[str, ...]] = {}
-        self.eligible_set: dict[str, frozenset[str]] = {}
-        self.static_codes: dict[str, set[RejectionCode]] = {}
+        self.static = StaticEligibility(self.profiles, self.views)
+        self.eligible: dict[str, tuple[str, ...]] = self.static.eligible
+        self.eligible_set: dict[str, frozenset[str]] = self.static.eligible_set
+        self.static_codes: dict[str, set[RejectionCode]] = self.static.codes
+        self.compatible_count: dict[str, int] = self.static.compatible
         self.dead: dict[str, dict[str, RejectionCode]] = {}
-        self.compatible_count: dict[str, int] = {}
-        memo = EligibilityMemo()
-        for model_id, profile in self.profiles.items():
-            eligible: list[str] = []
-            codes: set[RejectionCode] = set()
-            count = 0
-            for host_id, view in self.views.items():
-                rejection = memo.static_rejection(profile, view)
-                if rejection is None:
-                    eligible.append(host_id)
-                else:
-                    codes.add(rejection.code)
-                    self.explain.reject(model_id, host_id, rejection)
-                if memo.compatible(profile, view):
-                    count += 1
-            self.eligible[model_id] = tuple(eligible)
-            self.eligible_set[model_id] = frozenset(eligible)
-            self.static_codes[model_id] = codes
-            self.compatible_count[model_id] = count
+        self.incumbents: dict[str, dict[str, LiveResidency]] = {m: {} for m in self.model_ids}
+        # hosts whose static score for a model depends on more than the host's score shape
+        self._special: dict[str, set[str]] = {m: set() for m in self.model_ids}
+        self.cached_hosts: dict[str, list[str]] = {m: [] for m in self.model_ids}
+        score_ids: dict[tuple[object, ...], int] = {}
+        self._score_id: dict[str, int] = {}
+        for host_id, view in self.views.items():
+            self._score_id[host_id] = score_ids.setdefault(view.score_shape, len(score_ids))
+            for model_id in view.cached_digests:
+                if model_id in self.profiles:
+                    self.cached_hosts[model_id].append(host_id)
+                    self._special[model_id].add(host_id)
+            for model_id in view.failures:
+                if model_id in self.profiles:
+                    self._special[model_id].add(host_id)
+            if view.admission is not None:
+                continue  # the host fence excludes it from placement evidence
+            for model_id in view.by_model:
+                profile = self.profiles.get(model_id)
+                if profile is None:
+                    continue
+                row = _best_incumbent(profile, view)
+                if row is not None:
+                    self.incumbents[model_id][host_id] = row
+                    self._special[model_id].add(host_id)
         self.live_violations: dict[str, str] = {
             host_id: found
             for host_id, view in self.views.items()
@@ -99,30 +108,25 @@ class Workspace:
         self.domains: dict[str, dict[str, int]] = {m: {} for m in self.model_ids}
         self.preemptions: dict[tuple[str, str], Preemption] = {}
         self.shortfalls: dict[tuple[str, UnsatisfiedCode], Shortfall] = {}
-        self._static: dict[tuple[str, str], tuple[Components, float]] = {}
+        self._static: dict[str, dict[str, tuple[Components, float]]] = {
+            m: {} for m in self.model_ids
+        }
         self._static_by_shape: dict[tuple[object, ...], tuple[Components, float]] = {}
         self._ordered: dict[str, tuple[str, ...]] = {}
+
+    def build_scarcity(self) -> None:
+        """Index which hosts constrained, demanded models need (after the targets are set)."""
+        self.scarcity = ScarcityIndex(
+            self.eligible_set,
+            {m: t.replicas for m, t in self.targets.items()},
+            self.static.class_of,
+            self.static.class_reps,
+        )
 
     # -- incumbents ----------------------------------------------------------
     def incumbent(self, model_id: str, host_id: str) -> LiveResidency | None:
         """A healthy live residency of exactly this profile's artifact and runtimes, if any."""
-        view = self.views[host_id]
-        if view.admission is not None:
-            return None  # the host fence excludes it from placement evidence
-        profile = self.profiles[model_id]
-        best: LiveResidency | None = None
-        for row in view.residencies_of(model_id):
-            r = row.residency
-            if r.state not in SATISFYING_STATES or not residency_runtime_matches(
-                profile, r, view.host
-            ):
-                continue
-            sha = profile.artifact.sha256
-            if sha is not None and r.artifact_sha256 != sha:
-                continue
-            if best is None or _state_rank(row) < _state_rank(best):
-                best = row
-        return best
+        return self.incumbents[model_id].get(host_id)
 
     def stale_resident(self, model_id: str, host_id: str) -> bool:
         """A same-named residency whose artifact digest is missing or different."""
@@ -136,56 +140,58 @@ class Workspace:
 
     # -- scores --------------------------------------------------------------
     def static_score(self, model_id: str, host_id: str) -> tuple[Components, float]:
-        key = (model_id, host_id)
-        found = self._static.get(key)
+        memo = self._static[model_id]
+        found = memo.get(host_id)
         if found is None:
-            profile = self.profiles[model_id]
-            view = self.views[host_id]
-            target = self.targets[model_id]
-            need = 0.0
-            if self.scarcity is not None:
-                need = self.scarcity.need(host_id, len(self.eligible[model_id]))
+            found = memo[host_id] = self._static_score(model_id, host_id)
+        return found
+
+    def _static_score(self, model_id: str, host_id: str) -> tuple[Components, float]:
+        profile = self.profiles[model_id]
+        view = self.views[host_id]
+        need = 0.0
+        if self.scarcity is not None:
+            need = self.scarcity.need(host_id, len(self.eligible[model_id]))
+        incumbent: LiveResidency | None = None
+        if host_id in self._special[model_id]:
             incumbent = self.incumbent(model_id, host_id)
-            shape = (
+            shape: tuple[object, ...] = (
                 model_id,
-                view.score_shape,
+                self._score_id[host_id],
                 None if incumbent is None else incumbent.residency.state,
                 view.has_exact_artifact(profile),
                 view.failures.get(model_id, 0),
                 need,
             )
-            found = self._static_by_shape.get(shape)
-            if found is None:
-                parts = static_components(
-                    profile,
-                    view,
-                    incumbent,
-                    self.norms,
-                    target.performance_factor,
-                    need,
-                    self.policy,
-                )
-                found = self._static_by_shape[shape] = (parts, total(parts))
-            self._static[key] = found
+        else:
+            shape = (model_id, self._score_id[host_id], None, False, 0, need)
+        found = self._static_by_shape.get(shape)
+        if found is None:
+            parts = static_components(
+                profile,
+                view,
+                incumbent,
+                self.norms,
+                self.targets[model_id].performance_factor,
+                need,
+                self.policy,
+            )
+            found = self._static_by_shape[shape] = (parts, total(parts))
         return found
 
     def ordered_hosts(self, model_id: str) -> tuple[str, ...]:
         """Eligible hosts of a model, best static score first, then host id."""
         found = self._ordered.get(model_id)
         if found is None:
-            found = tuple(
-                sorted(
-                    self.eligible[model_id], key=lambda h: (-self.static_score(model_id, h)[1], h)
-                )
-            )
+            score = self.static_score
+            # eligible hosts are in host id order and the sort is stable
+            found = tuple(sorted(self.eligible[model_id], key=lambda h: -score(model_id, h)[1]))
             self._ordered[model_id] = found
         return found
 
-    def searched_static_parts(self, model_id: str, host_id: str) -> Components | None:
-        """Static score parts of a host the model's search ranked, or None if it never searched."""
-        if model_id not in self._ordered:
-            return None
-        return self.static_score(model_id, host_id)[0]
+    def searched(self, model_id: str) -> bool:
+        """Whether the model ever ranked its eligible hosts (searched for a new replica)."""
+        return model_id in self._ordered
 
     # -- books ---------------------------------------------------------------
     def record_assignment(self, assignment: Assignment) -> None:
@@ -241,6 +247,21 @@ class Workspace:
 
 def _name(profile: ModelProfile) -> str:
     return profile.name
+
+
+def _best_incumbent(profile: ModelProfile, view: HostView) -> LiveResidency | None:
+    """The best satisfying residency of exactly this profile's artifact and runtimes."""
+    best: LiveResidency | None = None
+    sha = profile.artifact.sha256
+    for row in view.residencies_of(profile.name):
+        r = row.residency
+        if r.state not in SATISFYING_STATES or not residency_runtime_matches(profile, r, view.host):
+            continue
+        if sha is not None and r.artifact_sha256 != sha:
+            continue
+        if best is None or _state_rank(row) < _state_rank(best):
+            best = row
+    return best
 
 
 def _state_rank(row: LiveResidency) -> tuple[int, int]:
