@@ -1,0 +1,176 @@
+"""Routing on an in-process router over real loopback engines."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+
+from gridctl.controller.registry import EngineRoute
+from gridctl.router import affinity
+from gridctl.router.attribution import Estimate
+from gridctl.router.choosing import Candidate, choose
+from tests.router.engines import MODEL, FakeEngine, RouterRig, chat, registration
+
+MakeEngine = Callable[..., FakeEngine]
+
+
+@pytest.mark.anyio
+async def test_wide_engine_with_spare_slots_beats_an_idle_narrow_one_when_faster(
+    engines: MakeEngine,
+) -> None:
+    narrow = engines("narrow", concurrency=1, delay=0.12)
+    wide = engines("wide", concurrency=8, delay=0.02)
+    rig = RouterRig.build()
+    rig.add(narrow)
+    rig.add(wide)
+    async with rig.client() as client:
+        # Without measurements the idle narrow engine wins on load (0/1 < 3/8).
+        for _ in range(3):
+            rig.registry.request_started("wide", MODEL, rig.clock())
+        assert (await chat(client)).status_code == 200
+        assert (narrow.posts, wide.posts) == (1, 0)
+        for _ in range(3):
+            rig.registry.request_finished("wide", MODEL, rig.clock())
+        # Concurrent traffic measures both engines (the narrow one holds one at a time).
+        replies = await asyncio.gather(*(chat(client) for _ in range(12)))
+        assert all(r.status_code == 200 for r in replies)
+        assert narrow.peak == 1  # the hard admission boundary held
+        assert rig.router.attribution.estimate("wide", MODEL, wide_sha()).latency_seconds
+        # Now three requests are running on the wide engine and the narrow one is idle:
+        # the wide engine's estimate (one fast wave) is lower, so it wins.
+        for _ in range(3):
+            rig.registry.request_started("wide", MODEL, rig.clock())
+        before = (narrow.posts, wide.posts)
+        assert (await chat(client)).status_code == 200
+        assert (narrow.posts, wide.posts) == (before[0], before[1] + 1)
+    await rig.upstream.aclose()
+
+
+def heartbeat(engine: FakeEngine, queue_depth: int) -> dict[str, object]:
+    body = registration(engine)
+    return {
+        "node_id": engine.name,
+        "load": {"queue_depth": queue_depth, "active_tasks": 0},
+        "resources": body["resources"],
+        "allocator": body["allocator"],
+    }
+
+
+def wide_sha() -> str:
+    from tests.router.engines import SHA
+
+    return SHA
+
+
+@pytest.mark.anyio
+async def test_a_backlog_moves_traffic_to_the_clear_peer(engines: MakeEngine) -> None:
+    a = engines("a", concurrency=2, delay=0.02)
+    b = engines("b", concurrency=2, delay=0.04)
+    rig = RouterRig.build()
+    rig.add(a)
+    rig.add(b)
+    rig.registry.heartbeat("a", heartbeat(a, queue_depth=6), rig.clock())
+    # a is measured faster, yet its advertised queue puts this request three waves back
+    for _ in range(8):
+        rig.router.attribution.record("a", MODEL, wide_sha(), 0.02, 10)
+        rig.router.attribution.record("b", MODEL, wide_sha(), 0.04, 10)
+    async with rig.client() as client:
+        for _ in range(6):
+            assert (await chat(client)).status_code == 200
+        assert (a.posts, b.posts) == (0, 6)
+        rig.registry.heartbeat("a", heartbeat(a, queue_depth=0), rig.clock())
+        assert (await chat(client)).status_code == 200
+        assert a.posts == 1
+    await rig.upstream.aclose()
+
+
+@pytest.mark.anyio
+async def test_throttled_hosts_come_second_and_their_multiplier_limits_admission(
+    engines: MakeEngine,
+) -> None:
+    calm = engines("calm", concurrency=1, delay=0.2)
+    hot = engines("hot", concurrency=4, delay=0.2)
+    rig = RouterRig.build()
+    rig.add(calm)
+    rig.add(hot, state="throttled", multiplier=0.5)
+    async with rig.client() as client:
+        replies = await asyncio.gather(*(chat(client) for _ in range(9)))
+    assert all(r.status_code == 200 for r in replies)
+    assert calm.peak == 1 and hot.peak <= 2  # 4 slots x 0.5 on the throttled host
+    assert calm.posts >= 1 and calm.posts + hot.posts == 9
+    await rig.upstream.aclose()
+
+
+def route(host: str) -> EngineRoute:
+    return EngineRoute(
+        host, MODEL, f"http://{host}", None, max_concurrency=4, advertised_concurrency=4
+    )
+
+
+def assignment(hosts: list[str], keys: list[bytes]) -> dict[bytes, str]:
+    candidates = [Candidate(route(h)) for h in hosts]
+    chosen = {}
+    for key in keys:
+        picked = choose(candidates, affinity=key)
+        assert picked is not None
+        chosen[key] = picked.host_id
+    return chosen
+
+
+def test_affinity_spreads_keys_and_remaps_only_the_changed_engine() -> None:
+    keys = [affinity.hash_key(f"session-{i}") for i in range(1000)]
+    assert all(k is not None for k in keys)
+    digests = [k for k in keys if k is not None]
+    four = assignment(["e1", "e2", "e3", "e4"], digests)
+    spread = Counter(four.values())
+    assert set(spread) == {"e1", "e2", "e3", "e4"}
+    assert min(spread.values()) >= 180, spread
+    five = assignment(["e1", "e2", "e3", "e4", "e5"], digests)
+    moved = {k for k in digests if four[k] != five[k]}
+    assert moved and all(five[k] == "e5" for k in moved)
+    three = assignment(["e1", "e2", "e4"], digests)
+    moved = {k for k in digests if four[k] != three[k]}
+    assert moved == {k for k in digests if four[k] == "e3"}
+
+
+def test_affinity_considers_only_routes_near_the_best_estimate() -> None:
+    key = affinity.hash_key("s")
+    assert key is not None
+    fast, slow = route("fast"), route("slow")
+    home = choose([Candidate(fast), Candidate(slow)], affinity=key)
+    assert home is not None
+    other = "slow" if home.host_id == "fast" else "fast"
+    far = {
+        home.host_id: Candidate(route(home.host_id), estimate=Estimate(1.0, 1.0, None, 0.0)),
+        other: Candidate(route(other), estimate=Estimate(0.1, 1.0, None, 0.0)),
+    }
+    assert choose(list(far.values()), affinity=key) == route(other)
+
+
+def test_affinity_keys_are_validated() -> None:
+    assert affinity.hash_key("x" * 256) is not None
+    assert affinity.hash_key("x" * 257) is None
+    assert affinity.hash_key("é" * 129) is None  # 258 UTF-8 bytes
+    assert affinity.hash_key("bad\nkey") is None
+    assert affinity.hash_key("") is None
+
+
+@pytest.mark.anyio
+async def test_affinity_key_sticks_and_is_never_forwarded(engines: MakeEngine) -> None:
+    rig = RouterRig.build()
+    fleet = [engines(f"e{i}", concurrency=4) for i in range(3)]
+    for engine in fleet:
+        rig.add(engine)
+    async with rig.client() as client:
+        for _ in range(6):
+            reply = await chat(client, headers={"X-Grid-Affinity-Key": "conversation-42"})
+            assert reply.status_code == 200
+    assert sorted(e.posts for e in fleet) == [0, 0, 6]
+    for engine in fleet:
+        for seen in engine.headers:
+            assert "x-grid-affinity-key" not in seen
+            assert seen["authorization"] == f"Bearer key-{engine.name}"
+    await rig.upstream.aclose()
