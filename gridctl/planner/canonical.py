@@ -13,6 +13,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from enum import Enum
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from gridctl.domain import ControllerPolicy, FleetSnapshot, ModelProfile, Plan
@@ -38,7 +39,11 @@ def dumps(value: JsonValue) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
-_FIELDS: dict[type, tuple[str, ...]] = {}  # dataclass field names; bounded by the types
+_INFINITY = float("inf")
+# per dataclass type: (field name, JSON text of the name plus ":"), sorted by name;
+# bounded by the number of dataclass types, and a pure function of each type
+_FIELDS: dict[type, tuple[tuple[str, str], ...]] = {}
+_SEQUENCES = (list, tuple, set, frozenset)
 
 
 def canonical_text(value: object, strings: dict[str, str] | None = None) -> str:
@@ -46,37 +51,68 @@ def canonical_text(value: object, strings: dict[str, str] | None = None) -> str:
 
     ``strings`` memoises the JSON text of repeated strings within one call tree.
     """
-    memo: dict[str, str] = {} if strings is None else strings
+    return _text(value, {} if strings is None else strings)
+
+
+def _text(value: object, memo: dict[str, str]) -> str:
+    kind = type(value)
+    # the common exact types first; anything else takes the general path
+    if kind is str:
+        assert isinstance(value, str)
+        text = memo.get(value)
+        if text is None:
+            text = memo[value] = encode_basestring_ascii(value)
+        return text
     if value is None:
         return "null"
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is int:
+        assert isinstance(value, int)
+        return int.__repr__(value)
+    if kind is float:
+        assert isinstance(value, float)
+        if value != value or value in (_INFINITY, -_INFINITY):
+            return json.dumps(value)
+        return float.__repr__(value)
+    if kind is tuple or kind is list or kind is set or kind is frozenset:
+        assert isinstance(value, _SEQUENCES)
+        return "[" + ",".join(sorted([_text(v, memo) for v in value])) + "]"
+    names = _FIELDS.get(kind)
+    if names is not None:
+        body = ",".join([prefix + _text(getattr(value, name), memo) for name, prefix in names])
+        return "{" + body + "}"
+    return _general(value, memo)
+
+
+def _general(value: object, memo: dict[str, str]) -> str:
     if value is True:
         return "true"
     if value is False:
         return "false"
     if isinstance(value, Enum):
-        value = value.value
+        return _text(value.value, memo)
     if isinstance(value, str):
-        text = memo.get(value)
-        if text is None:
-            text = memo[value] = json.dumps(value, ensure_ascii=True)
-        return text
-    if isinstance(value, (int, float)):
+        return _text(str.__str__(value), memo)
+    if isinstance(value, int):
+        return json.dumps(value)
+    if isinstance(value, float):
         return json.dumps(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        names = _FIELDS.get(type(value))
-        if names is None:
-            names = _FIELDS[type(value)] = tuple(sorted(f.name for f in dataclasses.fields(value)))
-        inner = ",".join(
-            f"{canonical_text(n, memo)}:{canonical_text(getattr(value, n), memo)}" for n in names
+        kind = type(value)
+        names = tuple(
+            (name, json.dumps(name, ensure_ascii=True) + ":")
+            for name in sorted(f.name for f in dataclasses.fields(value))
         )
-        return "{" + inner + "}"
+        _FIELDS[kind] = names
+        body = ",".join([prefix + _text(getattr(value, name), memo) for name, prefix in names])
+        return "{" + body + "}"
     if isinstance(value, Mapping):
         items = sorted((str(k), v) for k, v in value.items())
-        body = ",".join(f"{canonical_text(k, memo)}:{canonical_text(v, memo)}" for k, v in items)
-        return "{" + body + "}"
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return "[" + ",".join(sorted(canonical_text(v, memo) for v in value)) + "]"
-    return canonical_text(str(value), memo)
+        return "{" + ",".join(f"{_text(k, memo)}:{_text(v, memo)}" for k, v in items) + "}"
+    if isinstance(value, _SEQUENCES):
+        return "[" + ",".join(sorted([_text(v, memo) for v in value])) + "]"
+    return _text(str(value), memo)
 
 
 def input_digest(
