@@ -1,0 +1,171 @@
+"""An in-process controller (ASGI) for GitOps-surface tests, with simulated nodes.
+
+``api_controller`` has no watched directory (profiles come from applied plans
+or the model API); ``desired_dir`` writes a desired-state directory the way an
+operator's checkout would look.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from gridctl.cli import plan_cmd
+from gridctl.config import load_directory
+from gridctl.config.snapshots import snapshot_from_json
+from gridctl.controller.serving import ControllerService, ServiceOptions
+from gridctl.domain import Mode
+from tests.controller.simnodes import GEMMA_SHA, SimNode
+
+
+class Clock:
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def profile_yaml(name: str, min_replicas: int = 1, memory_mb: int = 640) -> str:
+    return textwrap.dedent(f"""\
+        apiVersion: gridctl/v1
+        kind: ModelProfile
+        metadata: {{name: {name}}}
+        spec:
+          memory_mb: {memory_mb}
+          artifact: {{sha256: {GEMMA_SHA}}}
+          min_replicas: {min_replicas}
+          max_replicas: 2
+          min_residency_seconds: 0
+          scale_down_cooldown_seconds: 0
+        """)
+
+
+def policy_yaml(mode: str = "automatic") -> str:
+    return (
+        "apiVersion: gridctl/v1\nkind: ControllerPolicy\nmetadata: {name: p}\n"
+        f"spec:\n  mode: {mode}\n"
+    )
+
+
+def desired_dir(root: Path, *, mode: str = "automatic", **profiles: int) -> Path:
+    """A directory with a policy and one profile per ``name=min_replicas``."""
+    root.mkdir(parents=True, exist_ok=True)
+    for old in root.glob("*.yaml"):
+        old.unlink()
+    (root / "policy.yaml").write_text(policy_yaml(mode))
+    for name, replicas in profiles.items():
+        (root / f"{name}.yaml").write_text(profile_yaml(name, replicas))
+    return root
+
+
+def engine_handler(request: httpx.Request) -> httpx.Response:
+    if request.url.path.endswith("/health"):
+        return httpx.Response(200, json={"status": "ok"})
+    if request.headers.get("authorization", "").startswith("Bearer engine-key-"):
+        body = json.loads(request.content)
+        return httpx.Response(
+            200,
+            json={
+                "id": "x",
+                "object": "chat.completion",
+                "model": body["model"],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}],
+                "usage": {"completion_tokens": 1},
+            },
+        )
+    return httpx.Response(401, json={"error": "no key"})
+
+
+@dataclass
+class Harness:
+    service: ControllerService
+    client: httpx.AsyncClient
+    clock: Clock
+    state_dir: Path
+
+    @property
+    def admin_headers(self) -> dict[str, str]:
+        return {"X-Grid-Allocator-Token": self.service.operator_token}
+
+    def node(self, host_id: str, **kw: Any) -> SimNode:
+        return SimNode.for_controller(self.state_dir, host_id, self.client, self.clock, **kw)
+
+    async def status(self) -> dict[str, Any]:
+        response = await self.client.get("/allocator/status")
+        response.raise_for_status()
+        data: dict[str, Any] = response.json()
+        return data
+
+    async def model(self, name: str) -> dict[str, Any]:
+        rows = [m for m in (await self.status())["models"] if m["model_id"] == name]
+        assert rows, f"no status row for {name}"
+        return rows[0]
+
+    async def admin(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        return await self.client.request(method, path, headers=self.admin_headers, **kw)
+
+    async def set_mode(self, mode: str) -> None:
+        response = await self.admin("PUT", "/allocator/mode", json={"mode": mode})
+        response.raise_for_status()
+
+    async def converge(self, nodes: list[SimNode], rounds: int = 8) -> None:
+        for _ in range(rounds):
+            for node in nodes:
+                await node.heartbeat()
+            await self.service.probe_once(self.service.upstream)
+
+    async def saved_plan(self, directory: Path) -> dict[str, Any]:
+        """``gridctl plan DIR --against <this controller> --out``, in-process."""
+        response = await self.admin("GET", "/allocator/snapshot")
+        response.raise_for_status()
+        document = response.json()
+        observation = plan_cmd.Observation(
+            snapshot_from_json(document),
+            "http://ctl",
+            document.get("inputs"),
+            document.get("controller"),
+        )
+        desired = load_directory(directory)
+        run = plan_cmd.dry_run(desired, observation, desired.policy.mode)
+        return plan_cmd.saved_plan(run, str(directory))
+
+    async def apply(self, plan: dict[str, Any]) -> httpx.Response:
+        return await self.admin("POST", "/allocator/apply", json=plan)
+
+
+@asynccontextmanager
+async def controller(
+    tmp_path: Path, *, watch: Path | None = None, ticking: bool = True
+) -> AsyncIterator[Harness]:
+    clock = Clock()
+    service = ControllerService(
+        ServiceOptions(
+            state_dir=tmp_path / "state",
+            watch_dir=watch,
+            clock=clock,
+            upstream_transport=httpx.MockTransport(engine_handler),
+        )
+    )
+    app = service.build_app()
+    if ticking:
+        service.start_ticking()
+    try:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://ctl"
+        ) as client:
+            yield Harness(service, client, clock, tmp_path / "state")
+    finally:
+        service.stop_ticking()
+        service.metrics.close()
+        await service.upstream.aclose()
+
+
+__all__ = ["GEMMA_SHA", "Clock", "Harness", "Mode", "controller", "desired_dir"]
