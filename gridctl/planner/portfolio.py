@@ -1,0 +1,196 @@
+"""Portfolio planning, assembled in one readable function.
+
+``plan_portfolio(inputs)`` decides which configured models serve the active
+unbound workloads as one joint, fleet-wide choice: base plan (direct and
+baseline demand only), admission gates, feasibility scan, ranked candidates,
+bounded joint search judged by ``plan_placement``, the final authoritative
+plan with the portfolio's counterfactual demand merged in, and one admission
+row per active workload. Pure: no clock, no randomness, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from gridctl.demand.learning import DemandPicture
+from gridctl.domain import (
+    ControllerPolicy,
+    FleetSnapshot,
+    ModelProfile,
+    Plan,
+    WorkloadCatalog,
+)
+from gridctl.planner.planning import plan_placement
+from gridctl.planner.portfolio_admission import admission_rows
+from gridctl.planner.portfolio_scan import FeasibilityScan, gate, spare_capacity_proof
+from gridctl.planner.portfolio_search import (
+    SearchState,
+    breadth_of,
+    evaluate,
+    exploring_models,
+    preemption_only_models,
+    rank_candidates,
+    search,
+)
+from gridctl.planner.portfolio_types import (
+    AdmissionRow,
+    CandidateRow,
+    PortfolioInputs,
+    PortfolioResult,
+)
+
+
+def inputs_from_picture(
+    profiles: Sequence[ModelProfile],
+    snapshot: FleetSnapshot,
+    policy: ControllerPolicy,
+    picture: DemandPicture,
+    catalog: WorkloadCatalog,
+) -> PortfolioInputs:
+    """Portfolio inputs whose demand is the learners' picture instead of the snapshot's."""
+    media = frozenset(
+        w.name
+        for w in catalog.workloads
+        if {"image", "video"} & (set(w.endpoints) | set(w.modalities))
+    )
+    return PortfolioInputs(
+        profiles=tuple(sorted(profiles, key=lambda p: p.name)),
+        snapshot=replace(snapshot, demand=picture.models),
+        policy=policy,
+        workloads=picture.workloads,
+        outcomes=picture.outcomes,
+        media_workloads=media,
+    )
+
+
+def plan_portfolio(inputs: PortfolioInputs) -> PortfolioResult:
+    profiles, policy = inputs.profiles, inputs.policy
+
+    def planner(snapshot: FleetSnapshot) -> Plan:
+        return plan_placement(profiles, snapshot, policy)
+
+    base = planner(inputs.snapshot)
+    spare = spare_capacity_proof(inputs, base)
+    demand = {w.workload: w for w in inputs.workloads}
+    gates = {w.workload: gate(w, inputs, spare) for w in inputs.workloads}
+    active = sorted(w for w, g in gates.items() if g.admitted)
+    scan = FeasibilityScan(inputs, planner)
+    scored = [p for p in profiles if any(p.workload_scores.get(w, 0.0) > 0 for w in active)]
+    scan.scan([p.name for p in scored])
+    outcomes = {(o.model_id, o.workload, o.artifact_sha256): o for o in inputs.outcomes}
+    breadth = breadth_of(profiles, active)
+    every: dict[str, tuple[CandidateRow, ...]] = {}
+    ranked: dict[str, tuple[CandidateRow, ...]] = {}
+    for workload in active:
+        rows = tuple(
+            scan.candidate(p, workload, outcomes.get((p.name, workload, p.artifact.sha256 or "")))
+            for p in scored
+            if p.workload_scores.get(workload, 0.0) > 0
+        )
+        every[workload] = rows
+        ranked[workload] = rank_candidates(
+            rows, breadth, policy.portfolio_max_candidates_per_workload
+        )
+    state = SearchState(inputs, planner, base, gates, demand, ranked, {})
+    best = search(state, active) if active else None
+    mapping: dict[str, str | None] = dict.fromkeys(active)
+    plan = base
+    final_demand = inputs.snapshot.demand
+    if best is not None:
+        covered = set(best.covered)
+        final = tuple((w, m if w in covered else None) for w, m in best.mapping)
+        evaluation = evaluate(state, final)
+        if evaluation.valid:
+            _, plan, final_demand = state.seen[final]
+            mapping = dict(final)
+    chosen = tuple(mapping.items())
+    selected = tuple(sorted({m for m in mapping.values() if m is not None}))
+    exploring = sorted(exploring_models(state, chosen))
+    preempting = sorted(preemption_only_models(state, chosen))
+    admission = admission_rows(
+        inputs.snapshot, profiles, plan, inputs.workloads, gates, every, mapping
+    )
+    return PortfolioResult(
+        mapping=chosen,
+        selected=selected,
+        exploration_model=exploring[0] if exploring else None,
+        preemption_model=preempting[0] if preempting else None,
+        demand=final_demand,
+        plan=plan,
+        gates=tuple(gates[w] for w in sorted(gates)),
+        candidates=tuple(r for w in active for r in every[w]),
+        admission=admission,
+        evaluations=1 + scan.runs + state.runs,
+        portfolios=len(state.seen),
+        thresholds={
+            "min_observations": float(policy.portfolio_min_observations),
+            "min_offered_concurrency": policy.portfolio_min_offered_concurrency,
+            "media_canary_min_offered_concurrency": policy.media_canary_min_offered_concurrency,
+        },
+    )
+
+
+def portfolio_to_json(result: PortfolioResult) -> dict[str, Any]:
+    """The JSON shape status and ``gridctl plan --observations`` print."""
+    return {
+        "mapping": {w: m for w, m in result.mapping},
+        "selected": list(result.selected),
+        "exploration_model": result.exploration_model,
+        "preemption_model": result.preemption_model,
+        "evaluations": result.evaluations,
+        "portfolios": result.portfolios,
+        "thresholds": dict(sorted(result.thresholds.items())),
+        "gates": [
+            {
+                "workload": g.workload,
+                "admitted": g.admitted,
+                "path": g.path,
+                "canary_only": g.canary_only,
+                "reason": g.reason,
+            }
+            for g in result.gates
+        ],
+        "candidates": [
+            {
+                "workload": c.workload,
+                "model": c.model_id,
+                "suitability": c.suitability,
+                "utility": round(c.utility, 6),
+                "exploration_bonus": round(c.exploration_bonus, 6),
+                "transition_penalty": round(c.transition_penalty, 6),
+                "confidence": round(c.confidence, 6),
+                "quality_confidence": round(c.quality_confidence, 6),
+                "resident": c.resident,
+                "feasible_now": c.feasible_now,
+                "compatible_hosts": c.compatible_hosts,
+                "eligible_hosts": c.eligible_hosts,
+                "best_host": c.best_host,
+                "startup_seconds": c.startup_seconds,
+                "preemption_paths": [
+                    {"host": p.host_id, "victims": list(p.victims)} for p in c.preemption_paths
+                ],
+                "rejection": c.rejection,
+            }
+            for c in result.candidates
+        ],
+        "admission": [admission_row_json(r) for r in result.admission],
+    }
+
+
+def admission_row_json(row: AdmissionRow) -> dict[str, Any]:
+    return {
+        "workload": row.workload,
+        "state": row.state.value,
+        "model": row.model_id,
+        "requests": row.requests,
+        "offered_concurrency": row.offered_concurrency,
+        "desired": row.desired,
+        "planned": row.planned,
+        "ready": row.ready,
+        "missing": row.missing,
+        "eligible_hosts": row.eligible_hosts,
+        "startup_seconds": row.startup_seconds,
+        "reason": row.reason,
+    }

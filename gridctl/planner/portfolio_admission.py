@@ -1,0 +1,150 @@
+"""Admission rows: one per active unbound workload, explaining the joint decision.
+
+Rows read the authoritative plan and the observed residencies; they never
+run a second solver. States, in the order they are decided: awaiting-plan
+(below the evidence gate), infeasible (no configured model can ever serve it
+here), deferred (intentionally left out under current capacity), then for the
+chosen model: ready / undersupplied, starting, planned, blocked-by-residency
+and capacity-contended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from gridctl.demand.learning import WorkloadDemand
+from gridctl.domain import FleetSnapshot, ModelProfile, Plan, ResidencyState
+from gridctl.planner.portfolio_types import AdmissionRow, AdmissionState, CandidateRow, Gate
+
+_RESIDENCY_BLOCKS = ("model_resident", "stale_artifact_in_place")
+
+
+def replica_counts(snapshot: FleetSnapshot, profile: ModelProfile) -> tuple[int, int]:
+    """(ready, starting) residencies of the profile's exact artifact."""
+    ready = starting = 0
+    sha = profile.artifact.sha256
+    for host in snapshot.hosts:
+        for r in host.residencies:
+            if r.model_id != profile.name or (sha is not None and r.artifact_sha256 != sha):
+                continue
+            if r.state is ResidencyState.READY:
+                ready += 1
+            elif r.state in (ResidencyState.LOADING, ResidencyState.WARMING):
+                starting += 1
+    return ready, starting
+
+
+def admission_rows(
+    snapshot: FleetSnapshot,
+    profiles: Sequence[ModelProfile],
+    plan: Plan,
+    workloads: Sequence[WorkloadDemand],
+    gates: Mapping[str, Gate],
+    candidates: Mapping[str, Sequence[CandidateRow]],
+    mapping: Mapping[str, str | None],
+) -> tuple[AdmissionRow, ...]:
+    by_name = {p.name: p for p in profiles}
+    rows: list[AdmissionRow] = []
+    for demand in sorted(workloads, key=lambda d: d.workload):
+        gate = gates[demand.workload]
+        options = list(candidates.get(demand.workload, ()))
+        model_id = mapping.get(demand.workload)
+        row = _Row(demand)
+        if not gate.admitted:
+            rows.append(row.done(AdmissionState.AWAITING_PLAN, None, gate.reason))
+            continue
+        usable = [c for c in options if c.usable]
+        if not usable:
+            rows.append(row.done(AdmissionState.INFEASIBLE, None, _infeasible(options, demand)))
+            continue
+        if model_id is None:
+            best = min(usable, key=lambda c: (-c.exploitation_utility, c.model_id))
+            row.eligible, row.startup = best.eligible_hosts, best.startup_seconds
+            rows.append(
+                row.done(
+                    AdmissionState.DEFERRED,
+                    best.model_id,
+                    f"deferred under current capacity; {best.model_id} would serve it",
+                )
+            )
+            continue
+        rows.append(_chosen(row, snapshot, by_name[model_id], plan, options, gate))
+    return tuple(rows)
+
+
+class _Row:
+    def __init__(self, demand: WorkloadDemand) -> None:
+        self.demand = demand
+        self.desired = self.planned = self.ready = self.missing = self.eligible = 0
+        self.startup: float | None = None
+
+    def done(self, state: AdmissionState, model_id: str | None, reason: str) -> AdmissionRow:
+        return AdmissionRow(
+            workload=self.demand.workload,
+            state=state,
+            model_id=model_id,
+            requests=self.demand.requests,
+            offered_concurrency=round(self.demand.offered_concurrency, 6),
+            desired=self.desired,
+            planned=self.planned,
+            ready=self.ready,
+            missing=self.missing,
+            eligible_hosts=self.eligible,
+            startup_seconds=self.startup,
+            reason=reason,
+        )
+
+
+def _infeasible(options: Sequence[CandidateRow], demand: WorkloadDemand) -> str:
+    if not options:
+        return f"no configured model scores workload {demand.workload}"
+    parts = [f"{c.model_id}: {c.rejection or 'no path'}" for c in options]
+    return "; ".join(parts)
+
+
+def _chosen(
+    row: _Row,
+    snapshot: FleetSnapshot,
+    profile: ModelProfile,
+    plan: Plan,
+    options: Sequence[CandidateRow],
+    gate: Gate,
+) -> AdmissionRow:
+    model_id = profile.name
+    candidate = next((c for c in options if c.model_id == model_id), None)
+    targets = dict(plan.targets)
+    assignments = plan.assignments_for(model_id)
+    row.desired = targets.get(model_id, 0)
+    row.planned = len(assignments)
+    row.ready, starting = replica_counts(snapshot, profile)
+    row.missing = max(0, row.desired - row.planned)
+    if candidate is not None:
+        row.eligible, row.startup = candidate.eligible_hosts, candidate.startup_seconds
+    canary = " (one canary: " + gate.path + ")" if gate.canary_only else ""
+    if row.ready:
+        if row.ready < row.desired:
+            return row.done(
+                AdmissionState.UNDERSUPPLIED,
+                model_id,
+                f"{row.ready} of {row.desired} replicas ready",
+            )
+        return row.done(AdmissionState.READY, model_id, f"{model_id} ready{canary}")
+    if starting:
+        return row.done(
+            AdmissionState.STARTING,
+            model_id,
+            f"{model_id} starting ({starting} loading or warming)",
+        )
+    if assignments:
+        hosts = ", ".join(a.host_id for a in assignments)
+        return row.done(AdmissionState.PLANNED, model_id, f"{model_id} planned on {hosts}{canary}")
+    staged = [p for p in plan.preemptions if p.beneficiary == model_id]
+    if staged:
+        victims = ", ".join(f"{p.model_id} on {p.host_id}" for p in staged)
+        return row.done(AdmissionState.PLANNED, model_id, f"preemption staged: {victims}")
+    unsatisfied = [u for u in plan.unsatisfied if u.model_id == model_id]
+    rejection = candidate.rejection if candidate is not None else None
+    if rejection and any(code in rejection for code in _RESIDENCY_BLOCKS):
+        return row.done(AdmissionState.BLOCKED_BY_RESIDENCY, model_id, rejection)
+    message = unsatisfied[0].message if unsatisfied else (rejection or "no free capacity")
+    return row.done(AdmissionState.CAPACITY_CONTENDED, model_id, message)

@@ -1,0 +1,326 @@
+"""Admission gates and the feasibility scan of portfolio candidates.
+
+Gates: a workload joins the portfolio after ``portfolio_min_observations``
+requests, or with at least ``portfolio_min_offered_concurrency`` units of
+device-time pressure (one canary). Image and video work between
+``media_canary_min_offered_concurrency`` and that threshold may earn one
+canary only after the fleet spare-capacity proof. A workload anticipated by
+a mature affinity transition may earn one inferred-only canary.
+
+Scan: every candidate is judged by the real planner, never by a copy of its
+rules. One probe plan adds one inferred replica of every candidate at once;
+a candidate the shared probe could not place is probed alone (current
+headroom), and a candidate that still does not fit is probed with direct
+demand to learn the planner-proved preemption paths, kept only when every
+victim is speculative (no pin, no minimum replicas, no direct demand). The
+explanations give eligible and compatible host counts and the best host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from gridctl.demand.learning import WorkloadDemand
+from gridctl.demand.outcomes import OutcomeScore
+from gridctl.domain import (
+    FleetSnapshot,
+    ModelDemand,
+    ModelExplanation,
+    ModelProfile,
+    Plan,
+    ResidencyState,
+)
+from gridctl.planner.portfolio_types import CandidateRow, Gate, PortfolioInputs, PreemptionPath
+from gridctl.planner.rejections import Rejection, RejectionCode
+
+Planner = Callable[[FleetSnapshot], Plan]
+SUITABILITY_POINTS = 100.0
+FAILURE_POINTS = 30.0
+TRANSITION_POINTS_MAX = 10.0
+TRANSITION_SECONDS_PER_POINT = 30.0
+LIFECYCLE_CODES = frozenset(
+    {"host_state", "heartbeat_missing", "heartbeat_stale", "heartbeat_future"}
+)
+SERVING_STATES = frozenset({ResidencyState.READY, ResidencyState.WARMING, ResidencyState.LOADING})
+
+
+def gate(workload: WorkloadDemand, inputs: PortfolioInputs, spare_proof: bool) -> Gate:
+    policy = inputs.policy
+    name = workload.workload
+    concurrency = workload.offered_concurrency
+    if workload.requests >= policy.portfolio_min_observations:
+        return Gate(
+            name,
+            True,
+            "observations",
+            False,
+            f"{workload.requests} observations >= {policy.portfolio_min_observations}",
+        )
+    if concurrency >= policy.portfolio_min_offered_concurrency:
+        return Gate(
+            name,
+            True,
+            "concurrency",
+            True,
+            f"offered concurrency {concurrency:.2f} >= "
+            f"{policy.portfolio_min_offered_concurrency:g}",
+        )
+    media = name in inputs.media_workloads
+    if media and concurrency >= policy.media_canary_min_offered_concurrency:
+        if spare_proof:
+            return Gate(
+                name,
+                True,
+                "media-canary",
+                True,
+                f"offered concurrency {concurrency:.2f} with fleet spare capacity",
+            )
+        return Gate(
+            name,
+            False,
+            "none",
+            True,
+            f"offered concurrency {concurrency:.2f} < "
+            f"{policy.portfolio_min_offered_concurrency:g}; no fleet spare-capacity proof",
+        )
+    if workload.anticipated_requests_per_minute > 0:
+        return Gate(
+            name,
+            True,
+            "anticipated",
+            True,
+            f"anticipated after {', '.join(workload.anticipated_from)}",
+        )
+    return Gate(
+        name,
+        False,
+        "none",
+        False,
+        f"{workload.requests} of {policy.portfolio_min_observations} observations, "
+        f"offered concurrency {concurrency:.2f} < "
+        f"{policy.portfolio_min_offered_concurrency:g}",
+    )
+
+
+def spare_capacity_proof(inputs: PortfolioInputs, base: Plan) -> bool:
+    """Can the fleet safely explore? Known free model slots must cover one canary, one
+    unseen workload, one node failure and one copy of every enabled catalog model."""
+    desired: dict[str, set[str]] = {}
+    for a in base.assignments:
+        desired.setdefault(a.host_id, set()).add(a.model_id)
+    free = 0
+    largest = 0
+    for host in inputs.snapshot.hosts:
+        limit = host.resources.max_models
+        if limit <= 0 or host.state.value not in ("accepting", "throttled"):
+            continue  # unknown model-slot limits give no hypothetical headroom
+        live = {r.model_id for r in host.residencies}
+        host_free = max(0, limit - len(desired.get(host.host_id, set()) | live))
+        free += host_free
+        largest = max(largest, host_free)
+    placed = {a.model_id for a in base.assignments}
+    enabled = {p.name for p in inputs.profiles if p.workload_scores} - placed
+    return free - largest >= 2 + len(enabled)
+
+
+def with_demand(snapshot: FleetSnapshot, extra: Sequence[ModelDemand]) -> FleetSnapshot:
+    """The snapshot with ``extra`` merged into its demand (correlated fields by maximum)."""
+    merged = {d.model_id: d for d in snapshot.demand}
+    for d in extra:
+        old = merged.get(d.model_id)
+        if old is None:
+            merged[d.model_id] = d
+            continue
+        merged[d.model_id] = replace(
+            old,
+            requests_per_minute=max(old.requests_per_minute, d.requests_per_minute),
+            offered_concurrency=max(old.offered_concurrency, d.offered_concurrency),
+            correlated_requests_per_minute=max(
+                old.correlated_requests_per_minute, d.correlated_requests_per_minute
+            ),
+        )
+    return replace(snapshot, demand=tuple(merged[m] for m in sorted(merged)))
+
+
+def canary(model_id: str) -> ModelDemand:
+    return ModelDemand(model_id, correlated_requests_per_minute=1e-6, confidence=0.0)
+
+
+def protected_models(inputs: PortfolioInputs) -> frozenset[str]:
+    """Models speculative demand may never displace: pinned, baseline, directly demanded."""
+    found = {p.name for p in inputs.profiles if p.pins or p.min_replicas > 0}
+    found |= {d.model_id for d in inputs.snapshot.demand if d.has_direct_evidence}
+    for host in inputs.snapshot.hosts:
+        found |= {r.model_id for r in host.residencies if r.pinned or not r.actuatable}
+    return frozenset(found)
+
+
+def _explanation(plan: Plan, model_id: str) -> ModelExplanation | None:
+    for e in plan.explanations:
+        if e.model_id == model_id:
+            return e
+    return None
+
+
+def _is_static(code: str) -> bool:
+    try:
+        return Rejection(RejectionCode(code)).is_static
+    except ValueError:
+        return False
+
+
+class FeasibilityScan:
+    """Probe plans, shared across every workload that lists the same model."""
+
+    def __init__(self, inputs: PortfolioInputs, planner: Planner) -> None:
+        self.inputs = inputs
+        self.planner = planner
+        self.runs = 0
+        self.protected = protected_models(inputs)
+        self._facts: dict[
+            str, tuple[int, int, bool, str | None, tuple[PreemptionPath, ...], str | None]
+        ] = {}
+
+    def _plan(self, extra: Sequence[ModelDemand]) -> Plan:
+        self.runs += 1
+        return self.planner(with_demand(self.inputs.snapshot, extra))
+
+    def scan(self, models: Sequence[str]) -> None:
+        todo = [m for m in sorted(set(models)) if m not in self._facts]
+        if not todo:
+            return
+        shared = self._plan([canary(m) for m in todo])
+        for model_id in todo:
+            explanation = _explanation(shared, model_id)
+            placed = [a for a in shared.assignments_for(model_id)]
+            if placed or explanation is None:
+                self._record(model_id, explanation, placed[0].host_id if placed else None, ())
+                continue
+            alone = self._plan([canary(model_id)])
+            alone_placed = alone.assignments_for(model_id)
+            if alone_placed:
+                self._record(model_id, _explanation(alone, model_id), alone_placed[0].host_id, ())
+                continue
+            paths = self._preemption_paths(model_id)
+            self._record(model_id, _explanation(alone, model_id), None, paths)
+
+    def _preemption_paths(self, model_id: str) -> tuple[PreemptionPath, ...]:
+        probe = self._plan([ModelDemand(model_id, requests_per_minute=1e-6, confidence=0.0)])
+        by_host: dict[str, list[str]] = {}
+        for p in probe.preemptions:
+            if p.beneficiary == model_id:
+                by_host.setdefault(p.host_id, []).append(p.model_id)
+        paths = [
+            PreemptionPath(host, tuple(sorted(victims)))
+            for host, victims in sorted(by_host.items())
+            if not set(victims) & self.protected
+        ]
+        return tuple(paths[: self.inputs.policy.preemption_path_limit])
+
+    def _record(
+        self,
+        model_id: str,
+        explanation: ModelExplanation | None,
+        best_host: str | None,
+        paths: tuple[PreemptionPath, ...],
+    ) -> None:
+        compatible = eligible = 0
+        codes: set[str] = set()
+        if explanation is not None:
+            for c in explanation.candidates:
+                static = c.rejection is not None and _is_static(c.rejection)
+                if not static:
+                    eligible += 1
+                if not static or c.rejection in LIFECYCLE_CODES:
+                    compatible += 1
+                if c.rejection is not None:
+                    codes.add(c.rejection)
+        rejection = None
+        if best_host is None and not paths:
+            rejection = "no eligible host" if eligible == 0 else "no capacity"
+            if codes:
+                rejection += f" ({', '.join(sorted(codes))})"
+        resident = self._resident(model_id)
+        self._facts[model_id] = (
+            compatible,
+            eligible,
+            best_host is not None,
+            best_host,
+            paths,
+            None if resident else rejection,
+        )
+
+    def _resident(self, model_id: str) -> bool:
+        profile = next(p for p in self.inputs.profiles if p.name == model_id)
+        for host in self.inputs.snapshot.hosts:
+            for r in host.residencies:
+                if (
+                    r.model_id == model_id
+                    and r.state in SERVING_STATES
+                    and (
+                        profile.artifact.sha256 is None
+                        or r.artifact_sha256 == profile.artifact.sha256
+                    )
+                ):
+                    return True
+        return False
+
+    def startup_seconds(self, profile: ModelProfile) -> float | None:
+        if self._resident(profile.name):
+            return 0.0
+        cached = any(
+            c.model_id == profile.name
+            and (profile.artifact.sha256 is None or c.artifact_sha256 == profile.artifact.sha256)
+            for host in self.inputs.snapshot.hosts
+            for c in host.cached
+        )
+        return profile.warm_seconds + (0.0 if cached else profile.load_seconds)
+
+    def candidate(
+        self, profile: ModelProfile, workload: str, outcome: OutcomeScore | None
+    ) -> CandidateRow:
+        compatible, eligible, feasible, best, paths, rejection = self._facts[profile.name]
+        resident = self._resident(profile.name)
+        policy = self.inputs.policy
+        suitability = float(profile.workload_scores.get(workload, 0.0))
+        points = SUITABILITY_POINTS * suitability
+        confidence = quality_confidence = 0.0
+        bonus = policy.exploration_bonus_points
+        if outcome is not None:
+            confidence, quality_confidence = outcome.confidence, outcome.quality_confidence
+            bonus = outcome.exploration_bonus
+            if outcome.quality is not None:
+                points = (1 - quality_confidence) * points + quality_confidence * (
+                    SUITABILITY_POINTS * outcome.quality
+                )
+            if outcome.success_rate is not None:
+                points -= FAILURE_POINTS * (1.0 - outcome.success_rate) * confidence
+        startup = None if eligible == 0 and not resident else self.startup_seconds(profile)
+        penalty = 0.0
+        if not resident and startup is not None:
+            penalty = min(TRANSITION_POINTS_MAX, startup / TRANSITION_SECONDS_PER_POINT)
+        exploit = points - penalty
+        if not feasible and not resident:
+            bonus = 0.0
+            if paths:
+                exploit -= 2.0 * policy.exploration_bonus_points  # preemption-only penalty
+        return CandidateRow(
+            workload=workload,
+            model_id=profile.name,
+            suitability=suitability,
+            utility=exploit + bonus,
+            exploitation_utility=exploit,
+            exploration_bonus=bonus,
+            transition_penalty=penalty,
+            confidence=confidence,
+            quality_confidence=quality_confidence,
+            resident=resident,
+            compatible_hosts=compatible,
+            eligible_hosts=eligible,
+            feasible_now=feasible,
+            best_host=best,
+            startup_seconds=startup,
+            preemption_paths=paths,
+            rejection=rejection,
+        )

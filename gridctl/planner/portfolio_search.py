@@ -1,0 +1,320 @@
+"""Bounded joint search over workload-to-model maps, judged by the real planner.
+
+A portfolio maps every admitted workload to one model (or defers it). Its
+demand is counterfactual: inferred-class demand that fills spare capacity and
+never preempts; at most one preemption-only model per tick gets direct-class
+demand, and only a plan whose every staged victim is speculative counts. A
+plan that preempts a protected model, or gives a baseline or directly
+demanded model fewer replicas than the base plan, is invalid.
+
+The objective, compared lexicographically (the scarce-fleet order): distinct
+admitted workloads covered, recent failures restored, service-time-aware
+pressure covered, requests covered, spare slots (fewer models), fewer missing
+replicas, utility, lower transition cost. A workload is covered only when the
+evaluated plan places its model, or stages the preemption-only model's safe
+victim transition.
+
+Search: a coordinate search from the exploitation leaders over at most
+``portfolio_max_candidates_per_workload`` candidates per workload, plus, when
+workloads outnumber the fleet's nominal model slots, admitted model subsets
+ranked by cheap set coverage; at most ``portfolio_max_portfolios`` distinct
+portfolios in all. At most one distinct model may be chosen because of the
+exploration bonus (the fleet's exploration slot).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from gridctl.demand.learning import WorkloadDemand
+from gridctl.domain import FleetSnapshot, ModelDemand, ModelProfile, Plan
+from gridctl.planner.portfolio_scan import protected_models, with_demand
+from gridctl.planner.portfolio_types import CandidateRow, Evaluation, Gate, PortfolioInputs
+
+Mapping_ = tuple[tuple[str, str | None], ...]
+SUBSET_ENUMERATION_LIMIT = 4096
+
+
+@dataclass
+class SearchState:
+    inputs: PortfolioInputs
+    planner: Callable[[FleetSnapshot], Plan]
+    base: Plan
+    gates: dict[str, Gate]
+    demand: dict[str, WorkloadDemand]
+    candidates: dict[str, tuple[CandidateRow, ...]]  # per workload, best first
+    seen: dict[Mapping_, tuple[Evaluation, Plan, tuple[ModelDemand, ...]]]
+    runs: int = 0
+
+    @property
+    def budget_left(self) -> bool:
+        return len(self.seen) < self.inputs.policy.portfolio_max_portfolios
+
+
+def rank_candidates(
+    rows: Sequence[CandidateRow], breadth: Mapping[str, int], limit: int
+) -> tuple[CandidateRow, ...]:
+    """Best ``limit`` usable rows of one workload, reserving the exploitation leader and
+    the broadest cross-workload candidate (most active workloads it can serve)."""
+    usable = [r for r in rows if r.usable and r.suitability > 0]
+    chosen: list[CandidateRow] = []
+    if usable:
+        leader = min(usable, key=lambda r: (-r.exploitation_utility, r.model_id))
+        broad = min(usable, key=lambda r: (-breadth.get(r.model_id, 0), -r.utility, r.model_id))
+        chosen = [leader] if broad is leader else [leader, broad]
+    for row in sorted(usable, key=lambda r: (-r.utility, r.model_id)):
+        if len(chosen) >= limit:
+            break
+        if row not in chosen:
+            chosen.append(row)
+    return tuple(sorted(chosen[:limit], key=lambda r: (-r.utility, r.model_id)))
+
+
+def breadth_of(profiles: Sequence[ModelProfile], active: Sequence[str]) -> dict[str, int]:
+    return {p.name: sum(1 for w in active if p.workload_scores.get(w, 0.0) > 0) for p in profiles}
+
+
+def row_for(state: SearchState, workload: str, model_id: str | None) -> CandidateRow | None:
+    for row in state.candidates.get(workload, ()):
+        if row.model_id == model_id:
+            return row
+    return None
+
+
+def exploring_models(state: SearchState, mapping: Mapping_) -> set[str]:
+    """Models chosen only because the exploration bonus flipped the order."""
+    found: set[str] = set()
+    for workload, model_id in mapping:
+        row = row_for(state, workload, model_id)
+        rows = state.candidates.get(workload, ())
+        if row is None or not rows:
+            continue
+        leader = min(rows, key=lambda r: (-r.exploitation_utility, r.model_id))
+        if row.exploitation_utility < leader.exploitation_utility and row.utility >= leader.utility:
+            found.add(row.model_id)
+    return found
+
+
+def preemption_only_models(state: SearchState, mapping: Mapping_) -> set[str]:
+    found: set[str] = set()
+    for workload, model_id in mapping:
+        row = row_for(state, workload, model_id)
+        if row is not None and row.preemption_only:
+            found.add(row.model_id)
+    return found
+
+
+def portfolio_demand(state: SearchState, mapping: Mapping_) -> tuple[ModelDemand, ...]:
+    """Counterfactual demand per selected model: inferred-class, one canary when weak."""
+    profiles = {p.name: p for p in state.inputs.profiles}
+    policy = state.inputs.policy
+    grouped: dict[str, list[str]] = {}
+    for workload, model_id in mapping:
+        if model_id is not None:
+            grouped.setdefault(model_id, []).append(workload)
+    preempting = preemption_only_models(state, mapping)
+    rows: list[ModelDemand] = []
+    for model_id, workloads in sorted(grouped.items()):
+        profile = profiles[model_id]
+        rate = 0.0
+        weak = True
+        for w in workloads:
+            d = state.demand[w]
+            # an unbound queue is workload backlog, not this model's concurrency
+            rate += max(d.requests_per_minute, d.anticipated_requests_per_minute)
+            weak = weak and state.gates[w].canary_only
+        rate = max(rate, 1e-6)
+        if weak:
+            per_replica = profile.replica_concurrency * profile.target_utilization
+            one = (
+                per_replica
+                / policy.demand_headroom
+                / max(profile.expected_service_seconds, 1e-9)
+                * 60.0
+            )
+            rate = min(rate, one * 0.999)
+        if model_id in preempting:
+            rows.append(ModelDemand(model_id, requests_per_minute=rate, confidence=0.0))
+        else:
+            rows.append(ModelDemand(model_id, correlated_requests_per_minute=rate, confidence=0.0))
+    return tuple(rows)
+
+
+def evaluate(state: SearchState, mapping: Mapping_) -> Evaluation:
+    found = state.seen.get(mapping)
+    if found is not None:
+        return found[0]
+    demand = portfolio_demand(state, mapping)
+    snapshot = with_demand(state.inputs.snapshot, demand)
+    state.runs += 1
+    plan = state.planner(snapshot)
+    evaluation = judge(state, mapping, plan)
+    state.seen[mapping] = (evaluation, plan, snapshot.demand)
+    return evaluation
+
+
+def judge(state: SearchState, mapping: Mapping_, plan: Plan) -> Evaluation:
+    protected = protected_models(state.inputs)
+    selected = {m for _, m in mapping if m is not None}
+    for p in plan.preemptions:
+        if p.model_id in protected or p.model_id in selected:
+            return Evaluation(mapping, False, (), (), f"would preempt {p.model_id}")
+    base_counts = _counts(state.base)
+    counts = _counts(plan)
+    for model_id in protected:
+        if counts.get(model_id, 0) < base_counts.get(model_id, 0):
+            return Evaluation(mapping, False, (), (), f"would displace {model_id}")
+    staged = {p.beneficiary for p in plan.preemptions}
+    covered = sorted(
+        w for w, m in mapping if m is not None and (counts.get(m, 0) > 0 or m in staged)
+    )
+    missing = sum(u.missing_replicas for u in plan.unsatisfied if u.model_id in selected)
+    utility = transition = 0.0
+    for w, m in mapping:
+        row = row_for(state, w, m)
+        if row is not None and w in covered:
+            utility += row.utility
+            transition += row.transition_penalty
+    used = {m for w, m in mapping if w in covered}
+    objective = (
+        float(len(covered)),
+        round(sum(state.demand[w].failures for w in covered), 9),
+        round(sum(state.demand[w].offered_concurrency for w in covered), 9),
+        round(sum(state.demand[w].requests_per_minute for w in covered), 9),
+        -float(len(used)),
+        -float(missing),
+        round(utility, 9),
+        -round(transition, 9),
+    )
+    return Evaluation(mapping, True, objective, tuple(covered))
+
+
+def _counts(plan: Plan) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for a in plan.assignments:
+        counts[a.model_id] = counts.get(a.model_id, 0) + 1
+    return counts
+
+
+def allowed(state: SearchState, mapping: Mapping_) -> bool:
+    return len(exploring_models(state, mapping)) <= 1 and (
+        len(preemption_only_models(state, mapping)) <= 1
+    )
+
+
+def better(a: Evaluation, b: Evaluation | None) -> bool:
+    if not a.valid:
+        return False
+    if b is None or not b.valid:
+        return True
+    if a.objective != b.objective:
+        return a.objective > b.objective
+    return _mapping_key(a.mapping) < _mapping_key(b.mapping)
+
+
+def _mapping_key(mapping: Mapping_) -> tuple[tuple[str, str], ...]:
+    return tuple((w, m or "") for w, m in mapping)
+
+
+def leaders(state: SearchState, workloads: Sequence[str]) -> Mapping_:
+    chosen: list[tuple[str, str | None]] = []
+    for w in workloads:
+        rows = state.candidates.get(w, ())
+        if not rows:
+            chosen.append((w, None))
+            continue
+        leader = min(rows, key=lambda r: (-r.exploitation_utility, r.model_id))
+        chosen.append((w, leader.model_id))
+    return tuple(chosen)
+
+
+def coordinate_search(state: SearchState, start: Mapping_) -> Evaluation | None:
+    best: Evaluation | None = None
+    first = evaluate(state, start) if allowed(state, start) else None
+    if first is not None and first.valid:
+        best = first
+    current = start
+    improved = True
+    while improved and state.budget_left:
+        improved = False
+        for index, (workload, model_id) in enumerate(current):
+            options: list[str | None] = [r.model_id for r in state.candidates.get(workload, ())]
+            options.append(None)
+            for option in options:
+                if option == model_id or not state.budget_left:
+                    continue
+                trial = (*current[:index], (workload, option), *current[index + 1 :])
+                if trial in state.seen or not allowed(state, trial):
+                    continue
+                evaluation = evaluate(state, trial)
+                if better(evaluation, best):
+                    best, current, improved = evaluation, trial, True
+                    break
+            if improved:
+                break
+    return best
+
+
+def nominal_slots(inputs: PortfolioInputs) -> int | None:
+    """Model slots of the serving fleet, or None when any host's limit is unknown."""
+    total = 0
+    for host in inputs.snapshot.hosts:
+        if host.state.value not in ("accepting", "throttled"):
+            continue
+        if host.resources.max_models <= 0:
+            return None
+        total += host.resources.max_models
+    return total
+
+
+def subset_search(state: SearchState, workloads: Sequence[str], slots: int) -> Evaluation | None:
+    """Admitted model subsets ranked by cheap set coverage, verified by the planner."""
+    models = sorted({r.model_id for w in workloads for r in state.candidates.get(w, ())})
+    protected_now = {m for m in models if m in protected_models(state.inputs)}
+    ranked: list[tuple[tuple[float, ...], Mapping_]] = []
+    enumerated = 0
+    for size in range(1, min(slots, len(models)) + 1):
+        for subset in itertools.combinations(models, size):
+            enumerated += 1
+            if enumerated > SUBSET_ENUMERATION_LIMIT:
+                break
+            chosen = set(subset) | protected_now
+            mapping: list[tuple[str, str | None]] = []
+            utility = 0.0
+            for w in workloads:
+                rows = [r for r in state.candidates.get(w, ()) if r.model_id in chosen]
+                best = max(rows, key=lambda r: (r.exploitation_utility, r.model_id), default=None)
+                mapping.append((w, best.model_id if best else None))
+                utility += best.exploitation_utility if best else 0.0
+            covered = [w for w, m in mapping if m is not None]
+            pressure = sum(state.demand[w].offered_concurrency for w in covered)
+            key = (float(len(covered)), pressure, -float(size), utility)
+            ranked.append((key, tuple(mapping)))
+    ranked.sort(key=lambda item: (tuple(-k for k in item[0]), _mapping_key(item[1])))
+    best_eval: Evaluation | None = None
+    for _, mapping_ in ranked:
+        if not state.budget_left:
+            break
+        if not allowed(state, mapping_):
+            continue
+        evaluation = evaluate(state, mapping_)
+        if better(evaluation, best_eval):
+            best_eval = evaluation
+    return best_eval
+
+
+def search(state: SearchState, workloads: Sequence[str]) -> Evaluation | None:
+    start = leaders(state, workloads)
+    best = coordinate_search(state, start)
+    slots = nominal_slots(state.inputs)
+    distinct = len({m for _, m in start if m is not None})
+    if slots is not None and len(workloads) > slots and distinct > 0:
+        alternative = subset_search(state, workloads, max(1, slots))
+        if alternative is not None and better(alternative, best):
+            best = alternative
+            refined = coordinate_search(state, alternative.mapping)
+            if refined is not None and better(refined, best):
+                best = refined
+    return best

@@ -1,0 +1,136 @@
+"""Value types of portfolio planning: inputs, gates, candidates, rows and the result.
+
+Portfolio planning projects unbound workload demand onto configured models
+as one joint decision for the whole fleet. Everything here is frozen; the
+pipeline in ``portfolio.py`` builds it from one immutable demand picture.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from gridctl.demand.learning import WorkloadDemand
+from gridctl.demand.outcomes import OutcomeScore
+from gridctl.domain import ControllerPolicy, FleetSnapshot, ModelDemand, ModelProfile, Plan
+
+MEDIA_WORKLOADS = frozenset({"image", "video"})
+
+
+class AdmissionState(StrEnum):
+    READY = "ready"
+    STARTING = "starting"
+    PLANNED = "planned"
+    UNDERSUPPLIED = "undersupplied"
+    DEFERRED = "deferred"
+    CAPACITY_CONTENDED = "capacity-contended"
+    BLOCKED_BY_RESIDENCY = "blocked-by-residency"
+    INFEASIBLE = "infeasible"
+    AWAITING_PLAN = "awaiting-plan"
+
+
+@dataclass(frozen=True)
+class PortfolioInputs:
+    """One immutable snapshot: the fleet with direct/baseline demand, and workload evidence."""
+
+    profiles: tuple[ModelProfile, ...]
+    snapshot: FleetSnapshot  # ``demand`` holds direct and correlated model demand only
+    policy: ControllerPolicy
+    workloads: tuple[WorkloadDemand, ...]
+    outcomes: tuple[OutcomeScore, ...] = ()
+    media_workloads: frozenset[str] = MEDIA_WORKLOADS
+
+
+@dataclass(frozen=True, slots=True)
+class Gate:
+    """Whether a workload's evidence admits it to the portfolio, and how."""
+
+    workload: str
+    admitted: bool
+    path: str  # observations | concurrency | media-canary | anticipated | none
+    canary_only: bool  # weak evidence: at most one replica
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionPath:
+    host_id: str
+    victims: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateRow:
+    """One configured model considered for one workload, with every fact status shows."""
+
+    workload: str
+    model_id: str
+    suitability: float
+    utility: float  # with the exploration bonus
+    exploitation_utility: float  # without it
+    exploration_bonus: float
+    transition_penalty: float
+    confidence: float
+    quality_confidence: float
+    resident: bool
+    compatible_hosts: int  # immutable compatibility (any lifecycle)
+    eligible_hosts: int  # static rules pass now
+    feasible_now: bool  # current headroom admits it somewhere
+    best_host: str | None
+    startup_seconds: float | None
+    preemption_paths: tuple[PreemptionPath, ...]
+    rejection: str | None
+
+    @property
+    def preemption_only(self) -> bool:
+        return not self.feasible_now and not self.resident and bool(self.preemption_paths)
+
+    @property
+    def usable(self) -> bool:
+        return self.resident or self.feasible_now or bool(self.preemption_paths)
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionRow:
+    """Why an active unbound workload is (or is not) being served."""
+
+    workload: str
+    state: AdmissionState
+    model_id: str | None
+    requests: int
+    offered_concurrency: float
+    desired: int
+    planned: int
+    ready: int
+    missing: int
+    eligible_hosts: int
+    startup_seconds: float | None
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """One counterfactual portfolio, evaluated with the real planner."""
+
+    mapping: tuple[tuple[str, str | None], ...]
+    valid: bool
+    objective: tuple[float, ...]
+    covered: tuple[str, ...]
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class PortfolioResult:
+    """The joint decision: mapping, selected models, the demand to plan with, and rows."""
+
+    mapping: tuple[tuple[str, str | None], ...]
+    selected: tuple[str, ...]
+    exploration_model: str | None
+    preemption_model: str | None
+    demand: tuple[ModelDemand, ...]  # base demand plus portfolio demand
+    plan: Plan
+    gates: tuple[Gate, ...]
+    candidates: tuple[CandidateRow, ...]
+    admission: tuple[AdmissionRow, ...]
+    evaluations: int  # planner runs, probes included
+    portfolios: int  # distinct portfolios evaluated
+    thresholds: dict[str, float] = field(default_factory=dict)
