@@ -42,6 +42,7 @@ class Candidates:
         self._shared: dict[tuple[object, ...], CandidateExplanation] = {}
         # keyed by the identity of a long-lived entry; the entry is kept alive here
         self._by_identity: dict[tuple[str, int, str], tuple[Entry, CandidateExplanation]] = {}
+        self._parts_by_identity: dict[int, tuple[Components, tuple[ScoreComponent, ...]]] = {}
 
     def components(self, parts: Components) -> tuple[ScoreComponent, ...]:
         found = self._frozen_parts.get(parts)
@@ -90,6 +91,21 @@ class Candidates:
         self._by_identity[key] = (entry, found)
         return found
 
+    def scored(
+        self, host_id: str, entry: tuple[Components, float], note: str
+    ) -> CandidateExplanation:
+        """An unchosen, unshared scored explanation of an entry that lives as long as the plan."""
+        parts, score = entry
+        hit = self._parts_by_identity.get(id(parts))
+        if hit is None or hit[0] is not parts:
+            hit = self._parts_by_identity[id(parts)] = (parts, self.components(parts))
+        return CandidateExplanation(
+            host_id=host_id,
+            detail=note,
+            score=score if parts else None,
+            components=hit[1],
+        )
+
 
 class StaticRows:
     """The explanation of every pair no search touched, derived from the static indexes."""
@@ -136,7 +152,7 @@ class StaticRows:
         position = ws.host_position
         score = ws.static_score
         for host_id in ws.eligible[model_id]:
-            row[position[host_id]] = cells.static(host_id, score(model_id, host_id), NOT_EVALUATED)
+            row[position[host_id]] = cells.scored(host_id, score(model_id, host_id), NOT_EVALUATED)
         return row
 
 
