@@ -12,6 +12,7 @@ state at its next heartbeat.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -23,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gridctl.domain.states import HostState
 from gridctl.errors import GridctlError
 from gridctl.node import overrides
 from gridctl.node.actuator import PortRange
@@ -35,6 +37,8 @@ from gridctl.node.daemon import (
     run_daemon,
 )
 from gridctl.node.processes import Liveness, check_identity, signal_proven, stop_proven
+from gridctl.node.protecting import PROTECTION_META, load_node_policy
+from gridctl.node.protection import ProtectionPolicy
 from gridctl.node.runtimes.llamacpp import EngineSettings
 from gridctl.node.statestore import NodeStateStore
 
@@ -77,6 +81,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     start.add_argument("--llama-server", type=Path, default=None, help="llama-server binary")
     start.add_argument("--artifact-dir", type=Path, default=None, help="artifact cache")
     start.add_argument("--stop-idle-seconds", type=float, default=30.0)
+    start.add_argument(
+        "--policy", type=Path, default=None, help="NodePolicy YAML: host-protection thresholds"
+    )
+    start.add_argument(
+        "--dedicated",
+        action="store_true",
+        help="always-on server: ignore user activity and battery",
+    )
     start.add_argument("--foreground", action="store_true", help="run in this process")
     start.add_argument("--start-timeout", type=float, default=60.0)
     start.add_argument("--instance-id", default=None, help=argparse.SUPPRESS)
@@ -120,6 +132,11 @@ def _state_dir(args: argparse.Namespace) -> Path:
 # --- start ------------------------------------------------------------------------------
 
 
+def _policy(args: argparse.Namespace) -> ProtectionPolicy:
+    policy = load_node_policy(args.policy) if args.policy else ProtectionPolicy()
+    return dataclasses.replace(policy, dedicated=True) if args.dedicated else policy
+
+
 def _config(args: argparse.Namespace) -> NodeConfig:
     return NodeConfig(
         host_id=args.host_id,
@@ -139,13 +156,14 @@ def _config(args: argparse.Namespace) -> NodeConfig:
         stop_idle_timeout=args.stop_idle_seconds,
         binary=args.llama_server,
         artifact_dir=args.artifact_dir,
+        policy=_policy(args),
     )
 
 
 def run_start(args: argparse.Namespace) -> int:
     try:
         config = _config(args)
-    except ValueError as exc:
+    except (ValueError, GridctlError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     if args.foreground:
@@ -226,11 +244,14 @@ def _start_flags(args: argparse.Namespace) -> list[str]:
     ]
     if args.tags:
         flags += ["--tags", args.tags]
+    if args.dedicated:
+        flags.append("--dedicated")
     for name, value in (
         ("--capacity-mb", args.capacity_mb),
         ("--external-mb", args.external_mb),
         ("--llama-server", args.llama_server),
         ("--artifact-dir", args.artifact_dir),
+        ("--policy", args.policy.absolute() if args.policy else None),
     ):
         if value is not None:
             flags += [name, str(value)]
@@ -306,6 +327,16 @@ def _agent_status(state_dir: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def _protection(store: NodeStateStore) -> dict[str, Any] | None:
+    """The running daemon's last protection decision (state, reasons, unknown sensors)."""
+    try:
+        data = json.loads(store.get_meta(PROTECTION_META) or "null")
+        HostState(data["state"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def status_document(state_dir: Path, now: float) -> dict[str, Any]:
     """Everything ``node status`` shows, without any secret."""
     record = read_daemon_record(state_dir)
@@ -315,6 +346,8 @@ def status_document(state_dir: Path, now: float) -> dict[str, Any]:
     try:
         override = store.override()
         agent = json.loads(store.get_meta(AGENT_STATUS_META) or "{}")
+        protection = _protection(store) if running else None
+        protected = HostState(protection["state"]) if protection else HostState.ACCEPTING
         doc: dict[str, Any] = {
             "host_id": store.get_meta("host_id"),
             "state_dir": str(state_dir),
@@ -323,8 +356,9 @@ def status_document(state_dir: Path, now: float) -> dict[str, Any]:
                 "pid": identity.pid if identity else None,
                 "instance_id": record.get("instance_id") if record else None,
             },
-            "host_state": overrides.host_state(override, now).value,
+            "host_state": overrides.host_state(override, now, protected).value,
             "override": overrides.describe(override, now),
+            "protection": protection,
             "agent": agent if running else {**agent, "registered": False},
             "residencies": [
                 {
@@ -378,6 +412,9 @@ def run_status(args: argparse.Namespace) -> int:
     daemon = doc["daemon"]
     running = f"running (pid {daemon['pid']})" if daemon["running"] else "not running"
     print(f"node {doc['host_id']}: {running}, host state {doc['host_state']}")
+    if doc["protection"] and doc["protection"]["reasons"]:
+        p = doc["protection"]
+        print(f"  protection: {p['state']} ({', '.join(p['reasons'])})")
     if doc["override"]:
         o = doc["override"]
         expiry = f", expires in {o['expires_in_seconds']}s" if o["expires_at"] else ""

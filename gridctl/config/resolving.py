@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from gridctl.config.schemas import fill_defaults
 from gridctl.domain import (
     Artifact,
     CachedArtifact,
@@ -157,3 +158,13 @@ def fleet_from_document(doc: dict[str, Any]) -> Fleet:
         hosts=tuple(sorted(hosts, key=lambda h: h.host_id)),
         description=spec.get("description", ""),
     )
+
+
+def node_policy_spec(doc: dict[str, Any]) -> dict[str, Any]:
+    """A valid ``NodePolicy``'s spec with every schema default applied.
+
+    ``gridctl.node.protection.ProtectionPolicy.from_spec`` turns it into thresholds.
+    """
+    filled = fill_defaults({**doc, "spec": doc.get("spec") or {}}, "node-policy.schema.json")
+    spec: dict[str, Any] = filled["spec"]
+    return spec

@@ -25,6 +25,7 @@ KIND_SCHEMAS: dict[str, str] = {
     "ControllerPolicy": "controller-policy.schema.json",
     "WorkloadCatalog": "workload-catalog.schema.json",
     "Fleet": "fleet.schema.json",
+    "NodePolicy": "node-policy.schema.json",
 }
 
 

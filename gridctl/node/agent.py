@@ -36,6 +36,8 @@ from gridctl.node import overrides, reports
 from gridctl.node.actuator import HostActuator
 from gridctl.node.executor import CommandExecutor
 from gridctl.node.intake import CommandIntake
+from gridctl.node.protecting import ProtectionLoop
+from gridctl.node.protection import multiplier
 from gridctl.node.records import ResidencyRecord
 from gridctl.node.reports import HostFacts, ResourceSample
 from gridctl.node.sampling import sample_resources
@@ -83,8 +85,10 @@ class NodeAgent:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         instance_id: str = "",
+        protection: ProtectionLoop | None = None,
     ) -> None:
         require_safe_controller_url(controller_url)
+        self.protection = protection  # the local protection loop; None = always accepting
         self.facts, self.actuator, self.executor, self.intake = facts, actuator, executor, intake
         self.store = actuator.store
         self.base_url = controller_url.rstrip("/")
@@ -119,7 +123,16 @@ class NodeAgent:
         if current is not None and overrides.in_force(current, now) is None:
             self.store.set_override(None)  # expired: clear it durably
             current = None
-        return overrides.host_state(current, now)
+        protected = self.protection.current().state if self.protection else HostState.ACCEPTING
+        return overrides.host_state(current, now, protected)
+
+    def _protection_report(self) -> dict[str, object] | None:
+        if self.protection is None:
+            return None
+        decision = self.protection.current()
+        report = decision.describe()
+        report["concurrency_multiplier"] = multiplier(self.host_state(), self.protection.policy)
+        return report
 
     def _endpoint_of(self, record: ResidencyRecord) -> str | None:
         if record.port is None or not self.actuator.healthy_now(record):
@@ -136,6 +149,7 @@ class NodeAgent:
             endpoint_of=self._endpoint_of,
             engine_api_key=self._engine_api_key,
             max_concurrency=self.actuator.runtime.settings.parallel,
+            protection=self._protection_report(),
         )
         return self._sample(records), envelope, records
 

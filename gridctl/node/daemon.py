@@ -39,9 +39,12 @@ from gridctl.node.enginekey import ensure_engine_key
 from gridctl.node.executor import CommandExecutor
 from gridctl.node.intake import CommandIntake
 from gridctl.node.processes import observe_identity
+from gridctl.node.protecting import ProtectionLoop
+from gridctl.node.protection import ProtectionPolicy
 from gridctl.node.records import ProcessIdentity
 from gridctl.node.reports import HostFacts
 from gridctl.node.runtimes.llamacpp import EngineSettings, LlamaCppRuntime, default_binary
+from gridctl.node.sensors import read_sensors
 from gridctl.node.statestore import NodeStateStore
 
 log = logging.getLogger("gridctl.node")
@@ -72,6 +75,7 @@ class NodeConfig:
     unload_idle_timeout: float = 30.0
     binary: Path | None = None
     artifact_dir: Path | None = None  # a shared cache; default: private <state_dir>/artifacts
+    policy: ProtectionPolicy = field(default_factory=ProtectionPolicy)  # NodePolicy thresholds
 
     def facts(self) -> HostFacts:
         capacity = self.capacity_mb
@@ -84,6 +88,7 @@ class NodeConfig:
             failure_domain=self.failure_domain,
             tags=self.tags,
             external_mb=self.external_mb,
+            throttle_fraction=self.policy.throttle_fraction,
         )
 
 
@@ -94,6 +99,7 @@ class NodeParts:
     executor: CommandExecutor
     intake: CommandIntake
     agent: NodeAgent
+    protection: ProtectionLoop
 
 
 def open_store(state_dir: Path) -> NodeStateStore:
@@ -135,6 +141,14 @@ def build_node(
     intake = CommandIntake(store, config.host_id)
     token_file = config.token_file
     read_node_credential(token_file)  # fail fast on a missing or group-readable file
+    protection = ProtectionLoop(
+        config.policy,
+        read=lambda: read_sensors(
+            config.host_id, cache.root, controller_silent_seconds=_silence(agent_ref)
+        ),
+        busy=lambda: any(r.active_requests > 0 for r in store.residencies()),
+        store=store,
+    )
     agent = NodeAgent(
         facts=facts,
         actuator=actuator,
@@ -146,9 +160,16 @@ def build_node(
         heartbeat_seconds=config.heartbeat_seconds,
         transport=transport,
         instance_id=instance_id,
+        protection=protection,
     )
     agent_ref.append(agent)
-    return NodeParts(store, actuator, executor, intake, agent)
+    return NodeParts(store, actuator, executor, intake, agent, protection)
+
+
+def _silence(agent_ref: list[NodeAgent]) -> float | None:
+    """Seconds since the last successful heartbeat (None before the first one)."""
+    last = agent_ref[0].status.get("last_heartbeat_at") if agent_ref else None
+    return None if not isinstance(last, int | float) else max(0.0, time.time() - last)
 
 
 @contextmanager
@@ -233,6 +254,8 @@ def run_daemon(config: NodeConfig, *, instance_id: str) -> int:
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
+        parts.protection.sample()  # report a protective state from the first heartbeat
+        parts.protection.start()
         parts.executor.start()
         log.info("node %s started (instance %s)", config.host_id, instance_id)
         try:
@@ -246,6 +269,7 @@ def run_daemon(config: NodeConfig, *, instance_id: str) -> int:
 def shutdown(parts: NodeParts, config: NodeConfig) -> None:
     """Drain and stop: no new work, bounded wait for idle children, stop them, report."""
     parts.agent.stopping = True
+    parts.protection.stop()
     try:
         parts.agent.heartbeat(request_commands=False)  # advertise draining at once
     except Exception as exc:  # best effort: the controller may be gone

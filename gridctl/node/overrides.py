@@ -3,13 +3,15 @@
 A local override outranks global desired state: ``gridctl node drain`` on a
 laptop stops new work there whatever the controller wants. Overrides are
 durable (they live in the node's state database, so a restart keeps them) and
-may expire. The sensor-driven protection loop comes later; until then a host is
-``accepting`` unless an override says otherwise. These rules are pure.
+may expire. The sensor-driven protection loop (``protection.py``) decides the
+host's own state; an override combines with it and confirmed local safety can
+only make the result stricter. These rules are pure.
 """
 
 from __future__ import annotations
 
 from gridctl.domain.states import HostState
+from gridctl.node.protection import combine
 from gridctl.node.records import Override
 
 OVERRIDE_STATES: dict[str, HostState] = {
@@ -43,10 +45,12 @@ def in_force(override: Override | None, now: float) -> Override | None:
     return override
 
 
-def host_state(override: Override | None, now: float) -> HostState:
-    """The host lifecycle state reported in heartbeats."""
+def host_state(
+    override: Override | None, now: float, protected: HostState = HostState.ACCEPTING
+) -> HostState:
+    """The host lifecycle state reported in heartbeats: override and protection combined."""
     active = in_force(override, now)
-    return OVERRIDE_STATES[active.kind] if active else HostState.ACCEPTING
+    return combine(OVERRIDE_STATES[active.kind] if active else None, protected)
 
 
 def describe(override: Override | None, now: float) -> dict[str, object] | None:

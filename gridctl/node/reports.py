@@ -36,6 +36,7 @@ class HostFacts:
     runtimes: tuple[str, ...] = ("llama.cpp",)
     backends: tuple[str, ...] = ("cpu",)
     external_mb: int | None = None  # None = measure it
+    throttle_fraction: float = 1.0  # capacity offered to new placement while throttled
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ def resources(facts: HostFacts, sample: ResourceSample) -> dict[str, object]:
         "tags": list(facts.tags),
         "disk_free_mb": sample.disk_free_mb,
         "disk_total_mb": sample.disk_total_mb,
+        "throttle_fraction": facts.throttle_fraction,
     }
 
 
@@ -113,7 +115,10 @@ def allocator_envelope(
     endpoint_of: Callable[[ResidencyRecord], str | None],
     engine_api_key: str,
     max_concurrency: int,
+    protection: dict[str, object] | None = None,
 ) -> dict[str, object]:
+    """The allocator envelope; ``protection`` adds the router's concurrency multiplier
+    and the local protection reasons (no sensor values leave the host)."""
     rows = []
     advertised = False
     for record in records:
@@ -134,6 +139,12 @@ def allocator_envelope(
     }
     if advertised:
         envelope["engine_api_key"] = engine_api_key
+    if protection is not None:
+        envelope["concurrency_multiplier"] = protection["concurrency_multiplier"]
+        envelope["protection"] = {
+            "reasons": protection.get("reasons", []),
+            "unknown_sensors": protection.get("unknown_sensors", []),
+        }
     return envelope
 
 

@@ -1,0 +1,119 @@
+"""Reading the machine for the protection loop: psutil where it can, unknown where not.
+
+Every reader returns ``None`` rather than guessing: a laptop without a
+temperature sensor has an *unknown* temperature, not a cool one. User idle
+time is read on macOS (``ioreg`` HIDIdleTime) and from an X11 session when
+``xprintidle`` exists; elsewhere it is unknown.
+
+Test hook: when ``GRIDCTL_SENSOR_OVERRIDES`` names a JSON file, its entry for
+this host (or ``"*"``) replaces the matching readings, e.g.
+``{"local-2": {"idle_seconds": 0}}``. It exists so end-to-end tests can inject
+user activity; production nodes never set it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from gridctl.node.protection import Readings
+
+OVERRIDES_ENV = "GRIDCTL_SENSOR_OVERRIDES"
+MIB = 1024 * 1024
+
+
+def _idle_seconds() -> float | None:
+    try:
+        if os.uname().sysname == "Darwin" and shutil.which("ioreg"):
+            out = subprocess.run(
+                ["ioreg", "-c", "IOHIDSystem"], capture_output=True, text=True, timeout=2
+            ).stdout
+            match = re.search(r'"HIDIdleTime"\s*=\s*(\d+)', out)
+            return int(match.group(1)) / 1e9 if match else None
+        if os.environ.get("DISPLAY") and shutil.which("xprintidle"):
+            out = subprocess.run(["xprintidle"], capture_output=True, text=True, timeout=2).stdout
+            return int(out.strip()) / 1000.0
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+    return None
+
+
+def _battery() -> tuple[float | None, bool | None]:
+    try:
+        battery = psutil.sensors_battery()
+    except (AttributeError, OSError, RuntimeError):
+        return None, None
+    if battery is None:
+        return None, None
+    return float(battery.percent), battery.power_plugged
+
+
+def _temperature() -> float | None:
+    try:
+        readings = psutil.sensors_temperatures()
+    except (AttributeError, OSError, RuntimeError):
+        return None
+    values = [t.current for group in readings.values() for t in group if t.current]
+    return max(values) if values else None
+
+
+def _load_per_cpu() -> float | None:
+    try:
+        return os.getloadavg()[0] / max(1, psutil.cpu_count() or 1)
+    except (AttributeError, OSError):
+        return None
+
+
+def _disk_free_mb(root: Path) -> int | None:
+    try:
+        return int(shutil.disk_usage(root).free // MIB)
+    except OSError:
+        return None
+
+
+def injected(host_id: str) -> dict[str, Any]:
+    """The test hook's readings for this host (empty when the hook is not set)."""
+    path = os.environ.get(OVERRIDES_ENV)
+    if not path:
+        return {}
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    merged: dict[str, Any] = {}
+    for key in ("*", host_id):
+        entry = data.get(key)
+        if isinstance(entry, dict):
+            merged.update(entry)
+    return merged
+
+
+def read_sensors(
+    host_id: str, artifact_root: Path, *, controller_silent_seconds: float | None
+) -> Readings:
+    """One sample of this machine (the first CPU sample after start reads as unknown)."""
+    battery, plugged = _battery()
+    memory = psutil.virtual_memory()
+    cpu = psutil.cpu_percent(interval=None)
+    readings = Readings(
+        idle_seconds=_idle_seconds(),
+        battery_percent=battery,
+        on_ac_power=plugged,
+        temperature_c=_temperature(),
+        cpu_percent=cpu if cpu > 0 else None,
+        memory_percent=float(memory.percent),
+        load_per_cpu=_load_per_cpu(),
+        gpu_memory_percent=None,  # no portable reader yet: unknown, never zero
+        controller_silent_seconds=controller_silent_seconds,
+        disk_free_mb=_disk_free_mb(artifact_root),
+    )
+    return readings.merged(injected(host_id))
