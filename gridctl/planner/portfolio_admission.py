@@ -55,6 +55,18 @@ def admission_rows(
             continue
         usable = [c for c in options if c.usable]
         if not usable:
+            hostable = [c for c in options if c.eligible_hosts > 0]
+            if hostable:
+                best = min(hostable, key=lambda c: (-c.exploitation_utility, c.model_id))
+                row.eligible, row.startup = best.eligible_hosts, best.startup_seconds
+                rows.append(
+                    row.done(
+                        AdmissionState.CAPACITY_CONTENDED,
+                        best.model_id,
+                        f"{best.model_id}: {best.rejection}; no speculative capacity to replace",
+                    )
+                )
+                continue
             rows.append(row.done(AdmissionState.INFEASIBLE, None, _infeasible(options, demand)))
             continue
         if model_id is None:

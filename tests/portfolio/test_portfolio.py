@@ -1,0 +1,183 @@
+"""Portfolio planning: gates, joint search, exploration and preemption budgets, rows."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gridctl.demand import OutcomeScore
+from gridctl.domain import ModelDemand, ResidencyState
+from gridctl.planner.portfolio import plan_portfolio
+from gridctl.planner.portfolio_types import AdmissionState
+from tests.portfolio.builders import (
+    POLICY,
+    box,
+    inputs,
+    model,
+    resident,
+    specialists_and_generalist,
+    workload,
+)
+
+
+def states(result: object) -> dict[str, str]:
+    return {r.workload: r.state.value for r in result.admission}  # type: ignore[attr-defined]
+
+
+def test_generalist_beats_two_specialists_on_one_slot() -> None:
+    result = plan_portfolio(
+        inputs(
+            specialists_and_generalist(), (box("b1"),), (workload("coding"), workload("research"))
+        )
+    )
+    assert dict(result.mapping) == {"coding": "general-7b", "research": "general-7b"}
+    assert [a.model_id for a in result.plan.assignments] == ["general-7b"]
+    assert states(result) == {"coding": "planned", "research": "planned"}
+
+
+def test_roomy_fleet_keeps_both_specialists() -> None:
+    result = plan_portfolio(
+        inputs(
+            specialists_and_generalist(),
+            (box("b1"), box("b2")),
+            (workload("coding"), workload("research")),
+        )
+    )
+    assert dict(result.mapping) == {"coding": "coder-7b", "research": "research-7b"}
+
+
+def test_gate_needs_three_observations() -> None:
+    two = plan_portfolio(
+        inputs(specialists_and_generalist(), (box("b1"),), (workload("coding", requests=2),))
+    )
+    three = plan_portfolio(
+        inputs(specialists_and_generalist(), (box("b1"),), (workload("coding", requests=3),))
+    )
+    assert states(two) == {"coding": "awaiting-plan"} and two.plan.assignments == ()
+    assert "2 of 3 observations" in two.admission[0].reason
+    assert states(three) == {"coding": "planned"}
+
+
+def test_gate_offered_concurrency_149_vs_150() -> None:
+    below = plan_portfolio(
+        inputs(
+            specialists_and_generalist(),
+            (box("b1"),),
+            (workload("coding", requests=1, concurrency=1.49),),
+        )
+    )
+    at = plan_portfolio(
+        inputs(
+            specialists_and_generalist(),
+            (box("b1"),),
+            (workload("coding", requests=1, concurrency=1.5),),
+        )
+    )
+    assert states(below) == {"coding": "awaiting-plan"}
+    assert states(at) == {"coding": "planned"}
+    assert at.gates[0].canary_only and dict(at.plan.targets)["coder-7b"] == 1
+
+
+def test_media_canary_needs_the_fleet_spare_capacity_proof() -> None:
+    image = (model("image-gen", {"image": 1.0}),)
+    roomy = tuple(box(f"b{i}", slots=2) for i in range(4))
+    scarce = (box("b1"), box("b2"))
+    for concurrency, hosts, expected in (
+        (0.99, roomy, "awaiting-plan"),
+        (1.0, roomy, "planned"),
+        (1.0, scarce, "awaiting-plan"),
+    ):
+        result = plan_portfolio(inputs(image, hosts, (workload("image", 1, concurrency),)))
+        assert states(result) == {"image": expected}, (concurrency, len(hosts))
+
+
+def test_infeasible_and_deferred_rows_keep_demand_visible() -> None:
+    profiles = (
+        model("coder-7b", {"coding": 1.0}, required_tags=("gpu",)),
+        model("writer", {"marketing": 1.0}),
+        model("seller", {"sales": 1.0}),
+    )
+    result = plan_portfolio(
+        inputs(
+            profiles,
+            (box("b1"),),
+            (workload("coding"), workload("marketing", 20), workload("sales", 5)),
+        )
+    )
+    rows = {r.workload: r for r in result.admission}
+    assert rows["coding"].state is AdmissionState.INFEASIBLE
+    assert "required_tag" in rows["coding"].reason
+    assert rows["marketing"].state is AdmissionState.PLANNED
+    assert rows["sales"].state is AdmissionState.DEFERRED
+    assert rows["sales"].requests == 5 and rows["sales"].offered_concurrency > 0
+
+
+def test_rows_follow_the_observed_lifecycle() -> None:
+    profiles = specialists_and_generalist()
+    work = (workload("coding"),)
+    starting = plan_portfolio(
+        inputs(
+            profiles,
+            (box("b1", residencies=(resident("coder-7b", ResidencyState.WARMING),)),),
+            work,
+        )
+    )
+    ready = plan_portfolio(
+        inputs(profiles, (box("b1", residencies=(resident("coder-7b"),)),), work)
+    )
+    assert states(starting) == {"coding": "starting"}
+    assert states(ready) == {"coding": "ready"}
+
+
+def test_capacity_contended_when_direct_demand_holds_the_slot() -> None:
+    profiles = specialists_and_generalist()
+    hosts = (box("b1", residencies=(resident("research-7b"),)),)
+    direct = (ModelDemand("research-7b", requests_per_minute=30.0, sample_count=50),)
+    result = plan_portfolio(inputs(profiles, hosts, (workload("coding"),), direct))
+    assert result.plan.preemptions == ()
+    assert [a.model_id for a in result.plan.assignments] == ["research-7b"]
+    assert states(result)["coding"] in ("capacity-contended", "deferred")
+
+
+def test_at_most_one_model_uses_the_exploration_slot() -> None:
+    # untried specialists edge out tried peers only by their bonus
+    tried = OutcomeScore
+    profiles = (
+        model("a-new", {"coding": 0.9}),
+        model("a-old", {"coding": 0.92}),
+        model("b-new", {"research": 0.9}),
+        model("b-old", {"research": 0.92}),
+    )
+    outcomes = tuple(
+        tried(m, w, "", 20.0, 1.0, 1.0, 4.0, 0.0, None, 0.0, 0.0, None, 0.0)
+        for m, w in (("a-old", "coding"), ("b-old", "research"))
+    )
+    base = inputs(
+        profiles,
+        tuple(box(f"b{i}", residencies=()) for i in range(4)),
+        (workload("coding"), workload("research")),
+    )
+    result = plan_portfolio(replace(base, outcomes=outcomes))
+    chosen = dict(result.mapping)
+    explored = {m for m in chosen.values() if m and m.endswith("-new")}
+    assert len(explored) <= 1
+    assert result.exploration_model in (None, *explored)
+    assert explored == ({result.exploration_model} - {None})
+
+
+def test_search_is_bounded() -> None:
+    names = ("coding", "research", "marketing", "sales", "design", "general")
+    profiles = tuple(
+        model(f"m{i:02d}", {w: 0.5 + ((i * 7 + j) % 10) / 20 for j, w in enumerate(names)})
+        for i in range(12)
+    )
+    result = plan_portfolio(
+        inputs(
+            profiles, (box("b1"), box("b2")), tuple(workload(w, 5 + i) for i, w in enumerate(names))
+        )
+    )
+    assert result.portfolios <= POLICY.portfolio_max_portfolios
+    per_workload: dict[str, int] = {}
+    assert len(result.candidates) == 12 * len(names)  # every scored row is reported
+    for w in names:
+        per_workload[w] = sum(1 for c in result.candidates if c.workload == w)
+    assert len(result.selected) <= 2
