@@ -252,3 +252,116 @@ def make_fleet(tmp_path: Path, mode: str = "automatic") -> Fleet:
         port=free_port(),
         engine_port_base=30000 + (os.getpid() % 100) * 100,
     )
+
+
+@dataclass
+class ApiFleet(Fleet):
+    """A controller without --watch (desired state arrives by `gridctl apply`) and N nodes.
+
+    ``repo`` is then the operator's checkout that plans are made from, not a watched tree.
+    """
+
+    node_processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def start(self, machines: int = 2, command: list[str] | None = None) -> None:
+        from gridctl.credentials import (
+            issue_node_credential,
+            load_or_create_signing_key,
+            write_secret_file,
+        )
+        from gridctl.fleetrun import PORTS_PER_HOST, partition_capacity, wait_healthy
+
+        self.log_path = self.state_dir.parent / "controller.log"
+        controller_dir = self.state_dir / "controller"
+        logs = self.state_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        self.started_at = time.monotonic()
+        self.process = subprocess.Popen(
+            [
+                *(command or [sys.executable, "-m", "gridctl"]),
+                "controller",
+                "--state",
+                str(controller_dir),
+                "--listen",
+                f"127.0.0.1:{self.port}",
+            ],
+            cwd=ROOT,
+            stdout=self.log_path.open("wb"),
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        wait_healthy(self.url)
+        key = load_or_create_signing_key(controller_dir)
+        capacity = partition_capacity(machines)
+        for i in range(1, machines + 1):
+            host_id = f"local-{i}"
+            node_dir = self.state_dir / host_id
+            node_dir.mkdir(parents=True, exist_ok=True)
+            token_file = node_dir / "node.token"
+            write_secret_file(
+                token_file, issue_node_credential(key, host_id, now=time.time()) + "\n"
+            )
+            first = self.engine_port_base + (i - 1) * PORTS_PER_HOST
+            args = [
+                sys.executable,
+                "-m",
+                "gridctl",
+                "node",
+                "start",
+                "--controller",
+                self.url,
+                "--token-file",
+                str(token_file),
+                "--host-id",
+                host_id,
+                "--state-dir",
+                str(node_dir),
+                "--capacity-mb",
+                str(capacity),
+                "--external-mb",
+                "0",
+                "--reserved-mb",
+                "0",
+                "--heartbeat-seconds",
+                "2",
+                "--failure-domain",
+                f"zone-{chr(ord('a') + i - 1)}",
+                "--tags",
+                "local,cpu",
+                "--port-range",
+                f"{first}-{first + PORTS_PER_HOST - 1}",
+                "--foreground",
+            ]
+            self.node_processes.append(
+                subprocess.Popen(
+                    args,
+                    cwd=ROOT,
+                    stdout=(logs / f"{host_id}.log").open("wb"),
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                )
+            )
+
+    def stop(self) -> None:
+        """Nodes first (they drain and stop their children), then the controller."""
+        self.engine_children()  # remember every child for the identity-proven kill below
+        for proc in self.node_processes:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.node_processes:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        super().stop()
+
+
+def make_api_fleet(tmp_path: Path, mode: str = "automatic") -> ApiFleet:
+    if shutil.which("git") is None:
+        raise RuntimeError("git is required for end-to-end tests")
+    return ApiFleet(
+        repo=DesiredRepo(tmp_path / "checkout", mode=mode),
+        state_dir=tmp_path / "state",
+        port=free_port(),
+        engine_port_base=30000 + (os.getpid() % 100) * 100,
+    )
