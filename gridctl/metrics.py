@@ -147,10 +147,11 @@ class _StateCollector(Collector):
         seen = Tally(
             (r.state.value, r.ownership.value) for record in records for r in record.residencies
         )
-        for state in ResidencyState:
-            owners = sorted({o for s, o in seen if s == state.value}) or ["managed"]
+        for residency_state in ResidencyState:
+            name = residency_state.value
+            owners = sorted({o for s, o in seen if s == name}) or ["managed"]
             for owner in owners:
-                residencies.add_metric([state.value, owner], seen.get((state.value, owner), 0))
+                residencies.add_metric([name, owner], seen.get((name, owner), 0))
         yield residencies
 
 

@@ -118,7 +118,7 @@ def print_applied(answer: dict[str, Any], saved: dict[str, Any]) -> None:
     )
     if answer.get("refused_automatic"):
         print(f"  {answer['refused_automatic']}")
-    for row in answer.get("actions", []):
+    for row in [*answer.get("actions", []), *answer.get("deferred", [])]:
         state = "executable" if row["executable"] else f"held: {row.get('blocked') or '-'}"
         print(f"  {row['kind']:<6} {row['model_id']} on {row['host_id']} [{state}]")
     if answer.get("not_in_plan"):

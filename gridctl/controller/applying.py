@@ -313,13 +313,15 @@ def applied_summary(ctl: Controller, planned: list[dict[str, Any]]) -> dict[str,
     result = ctl.last_result
     mode, refused = ctl.effective_mode()
     now_rows = [action_to_json(a) for a in result.actions] if result else []
-    ours = {r["action_id"] for r in now_rows}
+    held_rows = [action_to_json(a) for a in result.deferred] if result else []
+    ours = {r["action_id"] for r in now_rows + held_rows}
     theirs = {str(r.get("action_id")) for r in planned if isinstance(r, dict)}
     pending = {p.action_id for p in ctl.store.pending()}
     return {
         "effective_mode": mode.value,
         "refused_automatic": refused,
         "actions": now_rows,
+        "deferred": held_rows,
         "pending_action_ids": sorted(pending),
         "not_in_plan": sorted(ours - theirs - pending),
         "planned_but_absent": sorted(theirs - ours - pending),

@@ -114,6 +114,9 @@ def test_rollout_observe_recommend_apply_and_stale_plan(fleet: ApiFleet, tmp_pat
     status = fleet.status()
     proposed = status["reconciliation"]["actions"]
     assert proposed and not any(a["executable"] for a in proposed)
+    dry = gridctl(fleet, "apply", checkout, "--dry-run")
+    assert dry.returncode == 0 and "mode recommend (operator override)" in dry.stdout
+    assert f"warm   {GEMMA} on local-" in dry.stdout and "[executable]" not in dry.stdout
     heartbeats_after(fleet, status["now"])
     assert fleet.live_copies(GEMMA) == [] and fleet.engine_children() == []
 
