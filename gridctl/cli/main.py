@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "gridctl.cli.chat_cmd",
     "gridctl.cli.join_cmd",
     "gridctl.cli.plan_cmd",
+    "gridctl.cli.forecast_cmd",
     "gridctl.cli.apply_cmd",
     "gridctl.cli.diff_cmd",
     "gridctl.cli.split_cmd",
