@@ -16,10 +16,11 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from gridctl.cli.forecast_cmd import observation_portfolio, print_portfolio
 from gridctl.client import ControllerClient, ControllerError
 from gridctl.config import load_directory
 from gridctl.config.loading import yaml_files
@@ -28,6 +29,7 @@ from gridctl.controller.applying import PLAN_FORMAT
 from gridctl.domain import DesiredState, FleetSnapshot, Mode, ModelExplanation, Plan
 from gridctl.errors import ConfigError, WireError
 from gridctl.planner import plan_placement, plan_to_json
+from gridctl.planner.portfolio import portfolio_to_json
 from gridctl.reconcile import (
     ReconcileResult,
     action_to_json,
@@ -104,6 +106,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     add_observation_args(parser, required=True)
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.add_argument(  # demand learned from request observations, with a joint portfolio
+        "--observations",
+        metavar="FILE.jsonl",
+        help="replace the snapshot's demand with demand learned from these request "
+        "observations (schemas/wire/observation.schema.json); also print admission rows and "
+        "the joint portfolio",
+    )
     parser.add_argument(
         "--out",
         type=Path,
@@ -207,6 +216,15 @@ def run(args: argparse.Namespace) -> int:
     if args.explain and desired.profile(args.explain) is None:
         print(f"error: --explain {args.explain}: no such model profile", file=sys.stderr)
         return 1
+    portfolio = None
+    if args.observations:  # portfolio demand replaces the snapshot's demand
+        try:
+            portfolio = observation_portfolio(desired, observation.snapshot, args.observations)
+        except (OSError, WireError) as exc:
+            print(f"error: {args.observations}: {exc}", file=sys.stderr)
+            return 1
+        snapshot = replace(observation.snapshot, demand=portfolio.demand)
+        observation = replace(observation, snapshot=snapshot)
     try:
         result = dry_run(desired, observation, desired.policy.mode)
     except WireError as exc:
@@ -224,9 +242,13 @@ def run(args: argparse.Namespace) -> int:
         document["mode"] = result.mode.value
         document["actions"] = [action_to_json(a) for a in result.result.actions]
         document["deferred"] = [action_to_json(a) for a in result.result.deferred]
+        if portfolio is not None:
+            document["portfolio"] = portfolio_to_json(portfolio)
         print(json.dumps(document, indent=2, sort_keys=True))
     else:
         print_diff(plan, result.plan_ms, result)
+        if portfolio is not None:
+            print_portfolio(portfolio)
         if args.explain:
             print_explanation(next(e for e in plan.explanations if e.model_id == args.explain))
         if args.out is not None:
