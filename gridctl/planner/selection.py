@@ -8,6 +8,8 @@ ledgers. Each is a small filter over a ``Candidate``; ``DYNAMIC_FILTERS`` is the
 chain. ``choose_host`` walks a model's eligible hosts best static score first
 and stops as soon as no remaining host can beat the best found (every dynamic
 score part is bounded), so large fleets are not rescanned for each replica.
+Once a best exists, a host's exact score is computed before its filters, and a
+host that could not beat the best even if feasible is skipped unevaluated.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from gridctl.domain import Assignment, DemandClass, ModelProfile
 from gridctl.planner.host_views import HostView, LiveResidency
 from gridctl.planner.ledgers import HostLedger
 from gridctl.planner.rejections import MONOTONE_CODES, Rejection, RejectionCode
-from gridctl.planner.runtimes import residency_runtime_label, runtime_for_new_placement
-from gridctl.planner.scoring import DYNAMIC_MAX, Components, dynamic_components, total
+from gridctl.planner.runtimes import residency_runtime_label
+from gridctl.planner.scoring import DYNAMIC_MAX, Components, dynamic_components
 from gridctl.planner.workspace import Workspace
 
 
@@ -159,7 +161,7 @@ def candidate_for(ws: Workspace, model_id: str, host_id: str) -> Candidate | Rej
         )
     if view.residencies_of(model_id):
         return Rejection(RejectionCode.MODEL_RESIDENT, "a non-serving copy is still resident")
-    choice = runtime_for_new_placement(profile, view.host)
+    choice = ws.new_runtime(model_id, host_id)
     if choice is None:  # pragma: no cover - static eligibility guarantees a runtime
         return Rejection(RejectionCode.RUNTIME, "no compatible runtime")
     runtime, memory = choice
@@ -169,23 +171,42 @@ def candidate_for(ws: Workspace, model_id: str, host_id: str) -> Candidate | Rej
 
 def evaluate(ws: Workspace, candidate: Candidate) -> Rejection | None:
     """Run the dynamic chain; on success fill in the named components and the score."""
+    rejection = first_rejection(ws, candidate)
+    if rejection is None:
+        score(ws, candidate)
+    return rejection
+
+
+def first_rejection(ws: Workspace, candidate: Candidate) -> Rejection | None:
     for check in DYNAMIC_FILTERS:
         rejection = check(candidate, ws)
         if rejection is not None:
             return rejection
+    return None
+
+
+def score(ws: Workspace, candidate: Candidate) -> None:
+    """The named components and score the candidate has if it passes every filter.
+
+    Same value as ``total(static + dynamic_components(...))``: the dynamic parts
+    are added to the unrounded static sum in the same order.
+    """
     name = candidate.profile.name
-    static_parts, _ = ws.static_score(name, candidate.view.host_id)
+    host_id = candidate.view.host_id
     if candidate.incumbent is not None:
         free_after = candidate.ledger.desired_free_mb - candidate.memory_mb
         capacity = candidate.view.raw_mb
     else:
         free_after = candidate.ledger.incremental_free_mb - candidate.memory_mb
         capacity = candidate.view.new_capacity_mb
-    new_domain = candidate.view.domain not in ws.domains[name]
-    parts = static_parts + dynamic_components(new_domain, free_after, capacity)
-    candidate.components = parts
-    candidate.score = total(parts)
-    return None
+    dynamic = dynamic_components(
+        candidate.view.domain not in ws.domains[name], free_after, capacity
+    )
+    value = ws.static_sum(name, host_id)
+    for _, part in dynamic:
+        value += part
+    candidate.components = ws.static_score(name, host_id)[0] + dynamic
+    candidate.score = round(value, 6)
 
 
 @dataclass(slots=True)
@@ -221,9 +242,19 @@ def choose_host(
         shaped = candidate_for(ws, model_id, host_id)
         if isinstance(shaped, Rejection):
             rejection: Rejection | None = shaped
-        else:
+        elif best is None:
             shaped.relax_domains = relax_domains
             rejection = evaluate(ws, shaped)
+        else:
+            # the score is cheap and exact for a feasible host: one that cannot beat
+            # the best so far is left unevaluated (a better host was found first)
+            score(ws, shaped)
+            if shaped.score < best.score or (
+                shaped.score == best.score and host_id > best.view.host_id
+            ):
+                continue
+            shaped.relax_domains = relax_domains
+            rejection = first_rejection(ws, shaped)
         if rejection is not None:
             codes.add(rejection.code)
             if rejection.code is not RejectionCode.ALREADY_ASSIGNED:

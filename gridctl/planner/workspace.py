@@ -28,9 +28,12 @@ from gridctl.planner.explaining import ExplanationBook
 from gridctl.planner.host_views import SATISFYING_STATES, HostView, LiveResidency, build_host_view
 from gridctl.planner.ledgers import HostLedger
 from gridctl.planner.rejections import RejectionCode
-from gridctl.planner.runtimes import residency_runtime_matches
+from gridctl.planner.runtimes import residency_runtime_matches, runtime_for_new_placement
 from gridctl.planner.scoring import Components, FleetNorms, ScarcityIndex, static_components, total
 from gridctl.planner.targets import ReplicaTarget
+
+# static parts, their rounded total, their unrounded sum
+StaticScore = tuple[Components, float, float]
 
 
 @dataclass(slots=True)
@@ -108,10 +111,9 @@ class Workspace:
         self.domains: dict[str, dict[str, int]] = {m: {} for m in self.model_ids}
         self.preemptions: dict[tuple[str, str], Preemption] = {}
         self.shortfalls: dict[tuple[str, UnsatisfiedCode], Shortfall] = {}
-        self._static: dict[str, dict[str, tuple[Components, float]]] = {
-            m: {} for m in self.model_ids
-        }
-        self._static_by_shape: dict[tuple[object, ...], tuple[Components, float]] = {}
+        self._static: dict[str, dict[str, StaticScore]] = {m: {} for m in self.model_ids}
+        self._static_by_shape: dict[tuple[object, ...], StaticScore] = {}
+        self._new_runtime: dict[tuple[str, int], tuple[str, int] | None] = {}
         self._ordered: dict[str, tuple[str, ...]] = {}
 
     def build_scarcity(self) -> None:
@@ -140,13 +142,23 @@ class Workspace:
 
     # -- scores --------------------------------------------------------------
     def static_score(self, model_id: str, host_id: str) -> tuple[Components, float]:
+        """Named static score parts of one pair and their rounded total."""
         memo = self._static[model_id]
         found = memo.get(host_id)
         if found is None:
             found = memo[host_id] = self._static_score(model_id, host_id)
-        return found
+        return found[0], found[1]
 
-    def _static_score(self, model_id: str, host_id: str) -> tuple[Components, float]:
+    def static_sum(self, model_id: str, host_id: str) -> float:
+        """The unrounded sum of the static parts, so that adding the dynamic parts to it
+        reproduces ``total(static + dynamic)`` exactly."""
+        memo = self._static[model_id]
+        found = memo.get(host_id)
+        if found is None:
+            found = memo[host_id] = self._static_score(model_id, host_id)
+        return found[2]
+
+    def _static_score(self, model_id: str, host_id: str) -> StaticScore:
         profile = self.profiles[model_id]
         view = self.views[host_id]
         need = 0.0
@@ -176,18 +188,44 @@ class Workspace:
                 need,
                 self.policy,
             )
-            found = self._static_by_shape[shape] = (parts, total(parts))
+            raw = sum(value for _, value in parts)
+            found = self._static_by_shape[shape] = (parts, total(parts), raw)
         return found
 
     def ordered_hosts(self, model_id: str) -> tuple[str, ...]:
         """Eligible hosts of a model, best static score first, then host id."""
         found = self._ordered.get(model_id)
         if found is None:
-            score = self.static_score
+            memo = self._static[model_id]
+            special = self._special[model_id]
+            score_id = self._score_id
+            class_of = self.static.class_of
+            # hosts with no incumbent, cache or failure of the model score alike
+            # within one (score shape, host class)
+            alike: dict[tuple[int, int], StaticScore] = {}
+            for host_id in self.eligible[model_id]:
+                if host_id in memo:
+                    continue
+                if host_id in special:
+                    memo[host_id] = self._static_score(model_id, host_id)
+                    continue
+                key = (score_id[host_id], class_of[host_id])
+                value = alike.get(key)
+                if value is None:
+                    value = alike[key] = self._static_score(model_id, host_id)
+                memo[host_id] = value
             # eligible hosts are in host id order and the sort is stable
-            found = tuple(sorted(self.eligible[model_id], key=lambda h: -score(model_id, h)[1]))
+            found = tuple(sorted(self.eligible[model_id], key=lambda h: -memo[h][1]))
             self._ordered[model_id] = found
         return found
+
+    def new_runtime(self, model_id: str, host_id: str) -> tuple[str, int] | None:
+        """(runtime, footprint) of a new placement; a function of the host's shape."""
+        key = (model_id, self.static.shape_of[host_id])
+        if key not in self._new_runtime:
+            profile = self.profiles[model_id]
+            self._new_runtime[key] = runtime_for_new_placement(profile, self.views[host_id].host)
+        return self._new_runtime[key]
 
     def searched(self, model_id: str) -> bool:
         """Whether the model ever ranked its eligible hosts (searched for a new replica)."""
