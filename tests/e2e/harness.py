@@ -7,6 +7,7 @@ identity, any engine child the test started.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -207,16 +208,16 @@ class Fleet:
         )
 
     def engine_children(self) -> list[psutil.Process]:
-        """llama-server children of this fleet (by port range)."""
+        """llama-server children started by this fleet's nodes (their key file is in our state)."""
         found = []
-        for proc in psutil.process_iter(["name", "cmdline"]):
+        mine = str(self.state_dir)
+        for proc in psutil.process_iter(["cmdline"]):
             cmd = proc.info.get("cmdline") or []
             if not cmd or "llama-server" not in cmd[0]:
                 continue
-            if "--port" in cmd:
-                port = int(cmd[cmd.index("--port") + 1])
-                if self.engine_port_base <= port < self.engine_port_base + 32 * 50:
-                    found.append(proc)
+            if "--api-key-file" in cmd and cmd[cmd.index("--api-key-file") + 1].startswith(mine):
+                found.append(proc)
+                with contextlib.suppress(psutil.Error):
                     self.children_seen.add((proc.pid, proc.create_time()))
         return found
 
