@@ -198,6 +198,34 @@ def _counts(plan: Plan) -> dict[str, int]:
     return counts
 
 
+def optimistic(state: SearchState, mapping: Mapping_) -> tuple[float, ...]:
+    """An upper bound of the objective: every mapped workload covered, nothing missing."""
+    covered = [w for w, m in mapping if m is not None]
+    utility = transition = 0.0
+    for w, m in mapping:
+        row = row_for(state, w, m)
+        if row is not None:
+            utility += row.utility
+            transition += row.transition_penalty
+    return (
+        float(len(covered)),
+        round(sum(state.demand[w].failures for w in covered), 9),
+        round(sum(state.demand[w].offered_concurrency for w in covered), 9),
+        round(sum(state.demand[w].requests_per_minute for w in covered), 9),
+        -float(len({m for _, m in mapping if m is not None})),
+        0.0,
+        round(utility, 9),
+        -round(transition, 9),
+    )
+
+
+def promising(state: SearchState, mapping: Mapping_, best: Evaluation | None) -> bool:
+    """Worth a planner run: its optimistic objective beats the best one evaluated."""
+    if best is None or not best.valid:
+        return True
+    return optimistic(state, mapping) > best.objective
+
+
 def allowed(state: SearchState, mapping: Mapping_) -> bool:
     return len(exploring_models(state, mapping)) <= 1 and (
         len(preemption_only_models(state, mapping)) <= 1
@@ -248,6 +276,8 @@ def coordinate_search(state: SearchState, start: Mapping_) -> Evaluation | None:
                 trial = (*current[:index], (workload, option), *current[index + 1 :])
                 if trial in state.seen or not allowed(state, trial):
                     continue
+                if not promising(state, trial, best):
+                    continue
                 evaluation = evaluate(state, trial)
                 if better(evaluation, best):
                     best, current, improved = evaluation, trial, True
@@ -269,7 +299,9 @@ def nominal_slots(inputs: PortfolioInputs) -> int | None:
     return total
 
 
-def subset_search(state: SearchState, workloads: Sequence[str], slots: int) -> Evaluation | None:
+def subset_search(
+    state: SearchState, workloads: Sequence[str], slots: int, incumbent: Evaluation | None
+) -> Evaluation | None:
     """Admitted model subsets ranked by cheap set coverage, verified by the planner."""
     models = sorted({r.model_id for w in workloads for r in state.candidates.get(w, ())})
     protected_now = {m for m in models if m in protected_models(state.inputs)}
@@ -293,11 +325,11 @@ def subset_search(state: SearchState, workloads: Sequence[str], slots: int) -> E
             key = (float(len(covered)), pressure, -float(size), utility)
             ranked.append((key, tuple(mapping)))
     ranked.sort(key=lambda item: (tuple(-k for k in item[0]), _mapping_key(item[1])))
-    best_eval: Evaluation | None = None
+    best_eval: Evaluation | None = incumbent
     for _, mapping_ in ranked:
         if not state.budget_left:
             break
-        if not allowed(state, mapping_):
+        if not allowed(state, mapping_) or not promising(state, mapping_, best_eval):
             continue
         evaluation = evaluate(state, mapping_)
         if better(evaluation, best_eval):
@@ -311,8 +343,8 @@ def search(state: SearchState, workloads: Sequence[str]) -> Evaluation | None:
     slots = nominal_slots(state.inputs)
     distinct = len({m for _, m in start if m is not None})
     if slots is not None and len(workloads) > slots and distinct > 0:
-        alternative = subset_search(state, workloads, max(1, slots))
-        if alternative is not None and better(alternative, best):
+        alternative = subset_search(state, workloads, max(1, slots), best)
+        if alternative is not None and alternative is not best and better(alternative, best):
             best = alternative
             refined = coordinate_search(state, alternative.mapping)
             if refined is not None and better(refined, best):
