@@ -39,8 +39,10 @@ class ApiDesired:
         clock: Callable[[], float],
         documents: dict[str, dict[str, Any]] | None = None,
         policy: ControllerPolicy | None = None,
+        on_change: Callable[[DesiredState, dict[str, dict[str, Any]]], None] | None = None,
     ) -> None:
         self._clock = clock
+        self._on_change = on_change
         self._lock = threading.Lock()
         self._documents: dict[str, dict[str, Any]] = dict(documents or {})
         self._policy = policy or ControllerPolicy()
@@ -86,7 +88,9 @@ class ApiDesired:
             self._documents[model_id] = filled
             self._rebuild()
             assert self.current is not None
-            return self.current
+            current = self.current
+        self._changed()
+        return current
 
     def delete(self, model_id: str) -> bool:
         with self._lock:
@@ -94,7 +98,13 @@ class ApiDesired:
                 return False
             del self._documents[model_id]
             self._rebuild()
-            return True
+        self._changed()
+        return True
+
+    def _changed(self) -> None:
+        """Hand the new revision to the store so it survives a restart."""
+        if self._on_change is not None and self.current is not None:
+            self._on_change(self.current, self.documents())
 
     def adopt(self, state: DesiredState, documents: dict[str, dict[str, Any]]) -> None:
         """Make an operator-approved revision (an applied saved plan) the desired state.
@@ -107,6 +117,7 @@ class ApiDesired:
             self._policy = state.policy
             self.current = state
             self._changed_at = self._clock()
+        self._changed()
 
     def set_policy(self, policy: ControllerPolicy) -> None:
         with self._lock:

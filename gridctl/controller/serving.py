@@ -15,13 +15,15 @@ import secrets
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import httpx
 import uvicorn
 from starlette.applications import Starlette
 
+from gridctl.config.resolving import policy_from_document
 from gridctl.controller.app import ControllerApp
 from gridctl.controller.authority import AuthorityLease
 from gridctl.controller.control import Controller
@@ -36,6 +38,7 @@ from gridctl.credentials import (
     load_or_create_signing_key,
     verify_node_credential,
 )
+from gridctl.domain import DesiredState
 from gridctl.metrics import ControllerMetrics
 from gridctl.router.proxy import Router, RouterContext
 from gridctl.router.telemetry import TelemetryTap
@@ -87,6 +90,7 @@ class ControllerService:
         )
         self._signing_key = load_or_create_signing_key(state_dir) if state_dir else None
         self.registry = Registry()
+        self.store = ControllerStore(state_dir, clock=clock)
         desired: DesiredProvider
         if options.watch_dir is not None:
             self.source: DesiredSource | None = DesiredSource(options.watch_dir, clock)
@@ -94,8 +98,7 @@ class ControllerService:
             desired = self.source
         else:
             self.source = None
-            desired = ApiDesired(clock)
-        self.store = ControllerStore(state_dir, clock=clock)
+            desired = self._api_desired(clock)
         self.lease = (
             AuthorityLease(
                 state_dir,
@@ -125,6 +128,26 @@ class ControllerService:
         self.controller.tick_observers.append(self.metrics.observe_tick)
         self._stop = threading.Event()
         self._tick_thread: threading.Thread | None = None
+
+    def _api_desired(self, clock: Callable[[], float]) -> ApiDesired:
+        """Profiles managed over the API, restored from the store after a restart."""
+        documents: dict[str, dict[str, Any]] = {}
+        policy = None
+        restored = self.store.last_good_profiles()
+        if restored is not None and isinstance(restored[1], dict):
+            documents = dict(restored[1].get("documents") or {})
+            if isinstance(restored[1].get("policy"), dict):
+                policy = policy_from_document(restored[1]["policy"])
+
+        def save(state: DesiredState, docs: dict[str, dict[str, Any]]) -> None:
+            spec = {f.name: getattr(state.policy, f.name) for f in fields(state.policy)}
+            name = spec.pop("name")
+            self.store.save_profiles(
+                state.revision,
+                {"documents": docs, "policy": {"metadata": {"name": name}, "spec": spec}},
+            )
+
+        return ApiDesired(clock, documents=documents, policy=policy, on_change=save)
 
     def verify_node(self, token: str, host_id: str) -> str:
         if self._signing_key is None:

@@ -83,3 +83,20 @@ async def test_automatic_is_refused_without_a_durable_state_path() -> None:
     with pytest.raises(Exception, match="not durable"):
         service.controller.set_override(Mode.AUTOMATIC)
     assert refused is None or "durable" in refused
+
+
+@pytest.mark.anyio
+async def test_api_profiles_survive_a_controller_restart(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    service = service_without_watch(state)
+    admin = {"X-Grid-Allocator-Token": service.operator_token}
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=service.build_app()), base_url="http://ctl"
+    ) as client:
+        body = {"spec": {"memory_mb": 640, "min_replicas": 1, "priority": 70}}
+        assert (await client.put("/allocator/models/m1", headers=admin, json=body)).is_success
+    service.store.close()
+    restarted = service_without_watch(state)
+    current = restarted.controller.current_desired()
+    assert current is not None
+    assert [(p.name, p.priority) for p in current.profiles] == [("m1", 70)]
