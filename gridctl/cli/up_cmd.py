@@ -106,7 +106,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     fdown = fsub.add_parser("down", help="drain and stop the detached fleet")
     fdown.add_argument("--state-dir", type=Path, default=None)
     fdown.set_defaults(func=run_fleet_down)
-    fleet.set_defaults(func=lambda _a: (fleet.print_help(), 2)[1])
+
+    def fleet_help(_args: argparse.Namespace) -> int:
+        fleet.print_help()
+        return 2
+
+    fleet.set_defaults(func=fleet_help)
 
 
 def _announce(run: FleetRun) -> None:
@@ -146,10 +151,10 @@ class Follower:
                 for s in ("_succeeded", "_failed", "_rejected", "issued", "profile_retired")
             ):
                 continue
-            key = (event["at"], name, str(event.get("action_id") or event.get("model_id")))
-            if key in self.seen_events:
+            seen = (float(event["at"]), name, str(event.get("action_id") or event.get("model_id")))
+            if seen in self.seen_events:
                 continue
-            self.seen_events.add(key)
+            self.seen_events.add(seen)
             where = f" on {event['host_id']}" if event.get("host_id") else ""
             lines.append(
                 f"{stamp} {name}: {event.get('model_id') or ''}{where} "

@@ -157,7 +157,7 @@ class ControllerApp:
             mode = None
         else:
             try:
-                mode = Mode(body.get("mode"))
+                mode = Mode(str(body.get("mode")))
             except ValueError:
                 raise WireError("mode must be observe, recommend or automatic", "/mode") from None
         try:

@@ -41,7 +41,7 @@ from gridctl.credentials import (
 from gridctl.domain import DesiredState
 from gridctl.metrics import ControllerMetrics
 from gridctl.router.proxy import Router, RouterContext
-from gridctl.router.telemetry import TelemetryTap
+from gridctl.router.telemetry import RequestObservation, TelemetryTap
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ class ControllerService:
         )
         self.tap = TelemetryTap()
         self.tap.add(self.controller.demand.observe)
-        self.tap.add(lambda _obs: self.controller.mark_dirty())
+        self.tap.add(self._demand_arrived)
         self.metrics = ControllerMetrics(self.controller, known_model=self._configured)
         self.tap.add(self.metrics.observe_request)
         self.controller.tick_observers.append(self.metrics.observe_tick)
@@ -148,6 +148,12 @@ class ControllerService:
             )
 
         return ApiDesired(clock, documents=documents, policy=policy, on_change=save)
+
+    def _demand_arrived(self, _observation: RequestObservation) -> None:
+        self.controller.mark_dirty()
+
+    def _desired_changed(self) -> None:
+        self.controller.mark_dirty(safety=True)
 
     def verify_node(self, token: str, host_id: str) -> str:
         if self._signing_key is None:
@@ -264,7 +270,7 @@ class ControllerService:
             if self.source is not None:
                 tasks.append(
                     asyncio.create_task(
-                        watch_directory(self.source, self.controller.mark_dirty, stop_watch)
+                        watch_directory(self.source, self._desired_changed, stop_watch)
                     )
                 )
             self.controller.wake.set()
