@@ -44,6 +44,7 @@ _INFINITY = float("inf")
 # bounded by the number of dataclass types, and a pure function of each type
 _FIELDS: dict[type, tuple[tuple[str, str], ...]] = {}
 _SEQUENCES = (list, tuple, set, frozenset)
+_ENUMS: set[type] = set()  # enum types seen; bounded by the types
 
 
 def canonical_text(value: object, strings: dict[str, str] | None = None) -> str:
@@ -80,9 +81,31 @@ def _text(value: object, memo: dict[str, str]) -> str:
         return "[" + ",".join(sorted([_text(v, memo) for v in value])) + "]"
     names = _FIELDS.get(kind)
     if names is not None:
-        body = ",".join([prefix + _text(getattr(value, name), memo) for name, prefix in names])
-        return "{" + body + "}"
+        return _fields_text(value, names, memo)
+    if kind in _ENUMS:
+        assert isinstance(value, Enum)
+        return _text(value.value, memo)
     return _general(value, memo)
+
+
+def _fields_text(value: object, names: tuple[tuple[str, str], ...], memo: dict[str, str]) -> str:
+    """A dataclass as a JSON object; string, None and int fields inline (most of them)."""
+    body: list[str] = []
+    for name, prefix in names:
+        field = getattr(value, name)
+        kind = type(field)
+        if kind is str:
+            text = memo.get(field)
+            if text is None:
+                text = memo[field] = encode_basestring_ascii(field)
+        elif field is None:
+            text = "null"
+        elif kind is int:
+            text = int.__repr__(field)
+        else:
+            text = _text(field, memo)
+        body.append(prefix + text)
+    return "{" + ",".join(body) + "}"
 
 
 def _general(value: object, memo: dict[str, str]) -> str:
@@ -91,6 +114,7 @@ def _general(value: object, memo: dict[str, str]) -> str:
     if value is False:
         return "false"
     if isinstance(value, Enum):
+        _ENUMS.add(type(value))
         return _text(value.value, memo)
     if isinstance(value, str):
         return _text(str.__str__(value), memo)
@@ -105,8 +129,7 @@ def _general(value: object, memo: dict[str, str]) -> str:
             for name in sorted(f.name for f in dataclasses.fields(value))
         )
         _FIELDS[kind] = names
-        body = ",".join([prefix + _text(getattr(value, name), memo) for name, prefix in names])
-        return "{" + body + "}"
+        return _fields_text(value, names, memo)
     if isinstance(value, Mapping):
         items = sorted((str(k), v) for k, v in value.items())
         return "{" + ",".join(f"{_text(k, memo)}:{_text(v, memo)}" for k, v in items) + "}"

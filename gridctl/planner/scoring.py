@@ -165,15 +165,35 @@ def static_components(
     return tuple((name, _r(value)) for name, value in parts)
 
 
+def best_fit(free_after_mb: int, capacity_mb: int) -> float:
+    """How snugly the replica fills the host (``capacity_mb`` > 0): 0 empty, 10 full."""
+    tightness = 1.0 - max(0, free_after_mb) / capacity_mb
+    return _r(BEST_FIT * min(1.0, max(0.0, tightness)))
+
+
 def dynamic_components(new_domain: bool, free_after_mb: int, capacity_mb: int) -> Components:
     """Failure-domain spread and best fit, which change as the plan fills hosts."""
     parts: list[tuple[str, float]] = []
     if new_domain:
         parts.append(("failure_domain", FAILURE_DOMAIN))
     if capacity_mb > 0:
-        tightness = 1.0 - max(0, free_after_mb) / capacity_mb
-        parts.append(("best_fit", _r(BEST_FIT * min(1.0, max(0.0, tightness)))))
+        parts.append(("best_fit", best_fit(free_after_mb, capacity_mb)))
     return tuple(parts)
+
+
+def score_with_dynamic(
+    static_sum: float, new_domain: bool, free_after_mb: int, capacity_mb: int
+) -> float:
+    """``total(static + dynamic_components(...))`` from the unrounded static sum.
+
+    The dynamic parts are added in the same order, so the value is identical.
+    """
+    value = static_sum
+    if new_domain:
+        value += FAILURE_DOMAIN
+    if capacity_mb > 0:
+        value += best_fit(free_after_mb, capacity_mb)
+    return _r(value)
 
 
 def total(components: Components) -> float:

@@ -8,8 +8,9 @@ ledgers. Each is a small filter over a ``Candidate``; ``DYNAMIC_FILTERS`` is the
 chain. ``choose_host`` walks a model's eligible hosts best static score first
 and stops as soon as no remaining host can beat the best found (every dynamic
 score part is bounded), so large fleets are not rescanned for each replica.
-Once a best exists, a host's exact score is computed before its filters, and a
-host that could not beat the best even if feasible is skipped unevaluated.
+Once a best exists, a host's exact score is computed before its filters (for a
+new replica without even shaping a candidate), and a host that could not beat
+the best even if feasible is skipped unevaluated.
 """
 
 from __future__ import annotations
@@ -22,7 +23,12 @@ from gridctl.planner.host_views import HostView, LiveResidency
 from gridctl.planner.ledgers import HostLedger
 from gridctl.planner.rejections import MONOTONE_CODES, Rejection, RejectionCode
 from gridctl.planner.runtimes import residency_runtime_label
-from gridctl.planner.scoring import DYNAMIC_MAX, Components, dynamic_components
+from gridctl.planner.scoring import (
+    DYNAMIC_MAX,
+    Components,
+    dynamic_components,
+    score_with_dynamic,
+)
 from gridctl.planner.workspace import Workspace
 
 
@@ -186,11 +192,7 @@ def first_rejection(ws: Workspace, candidate: Candidate) -> Rejection | None:
 
 
 def score(ws: Workspace, candidate: Candidate) -> None:
-    """The named components and score the candidate has if it passes every filter.
-
-    Same value as ``total(static + dynamic_components(...))``: the dynamic parts
-    are added to the unrounded static sum in the same order.
-    """
+    """The named components and score the candidate has if it passes every filter."""
     name = candidate.profile.name
     host_id = candidate.view.host_id
     if candidate.incumbent is not None:
@@ -199,14 +201,32 @@ def score(ws: Workspace, candidate: Candidate) -> None:
     else:
         free_after = candidate.ledger.incremental_free_mb - candidate.memory_mb
         capacity = candidate.view.new_capacity_mb
-    dynamic = dynamic_components(
-        candidate.view.domain not in ws.domains[name], free_after, capacity
+    new_domain = candidate.view.domain not in ws.domains[name]
+    static_parts, _ = ws.static_score(name, host_id)
+    candidate.components = static_parts + dynamic_components(new_domain, free_after, capacity)
+    candidate.score = score_with_dynamic(
+        ws.static_sum(name, host_id), new_domain, free_after, capacity
     )
-    value = ws.static_sum(name, host_id)
-    for _, part in dynamic:
-        value += part
-    candidate.components = ws.static_score(name, host_id)[0] + dynamic
-    candidate.score = round(value, 6)
+
+
+def new_placement_score(ws: Workspace, model_id: str, host_id: str) -> float | None:
+    """The exact score of a new replica here if it passes every filter, computed without
+    shaping a candidate; None for a host holding or re-admitting the model."""
+    ledger = ws.ledgers[host_id]
+    if model_id in ledger.assigned or model_id in ledger.reserved:
+        return None
+    if host_id in ws.incumbents[model_id]:
+        return None
+    choice = ws.new_runtime(model_id, host_id)
+    if choice is None:  # pragma: no cover - static eligibility guarantees a runtime
+        return None
+    view = ws.views[host_id]
+    return score_with_dynamic(
+        ws.static_sum(model_id, host_id),
+        view.domain not in ws.domains[model_id],
+        ledger.incremental_free_mb - choice[1],
+        view.new_capacity_mb,
+    )
 
 
 @dataclass(slots=True)
@@ -238,7 +258,12 @@ def choose_host(
         if best is not None:
             _, bound = ws.static_score(model_id, host_id)
             if bound + DYNAMIC_MAX < best.score:
-                break
+                break  # hosts are ranked by static score: no later host can win
+            quick = new_placement_score(ws, model_id, host_id)
+            if quick is not None and (
+                quick < best.score or (quick == best.score and host_id > best.view.host_id)
+            ):
+                continue  # it cannot win even if feasible: a better host was found first
         shaped = candidate_for(ws, model_id, host_id)
         if isinstance(shaped, Rejection):
             rejection: Rejection | None = shaped
