@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gridctl.controller.authority import AuthorityLease
-from gridctl.controller.demandbook import DemandBook
+from gridctl.controller.demandbook import DemandBook, portfolio_inputs
 from gridctl.controller.desired import DesiredProvider
 from gridctl.controller.registry import Registry
 from gridctl.controller.store import ControllerStore
@@ -34,7 +34,8 @@ from gridctl.domain import (
     Receipt,
     ReceiptStatus,
 )
-from gridctl.planner import plan_placement
+from gridctl.planner.portfolio import plan_portfolio
+from gridctl.planner.portfolio_types import PortfolioResult
 from gridctl.reconcile import (
     PendingAction,
     PlanGeneration,
@@ -117,6 +118,7 @@ class Controller:
         self.events: deque[dict[str, Any]] = deque(maxlen=MAX_EVENTS)
         self.revisions = {"dirty": 0, "processed": 0, "success": 0, "safety": 0}
         self.last_plan: Plan | None = None
+        self.last_portfolio: PortfolioResult | None = None
         self.last_result: ReconcileResult | None = None
         self.last_snapshot: FleetSnapshot | None = None
         self.last_generation: PlanGeneration | None = None
@@ -349,8 +351,12 @@ class Controller:
         pending = self.store.pending()
         history = self.store.history(limit=MAX_HISTORY)
         self.demand.configure(profiles)
+        self.demand.configure_learning(desired.policy, desired.catalog, desired.profiles)
         snapshot = self.registry.snapshot(now, self.demand.forecast(now, desired.policy))
-        plan = plan_placement(desired.profiles, snapshot, desired.policy)
+        # workload portfolio: learners copied under their lock, then planned on that copy;
+        # with no active unbound workload this is exactly plan_placement(snapshot)
+        portfolio = plan_portfolio(portfolio_inputs(desired, snapshot, self.demand.picture(now)))
+        plan, snapshot = portfolio.plan, replace(snapshot, demand=portfolio.demand)
         result = reconcile(
             plan,
             snapshot,
@@ -396,6 +402,7 @@ class Controller:
                 )
             self.last_generation = generation
             self.last_plan, self.last_result, self.last_snapshot = plan, result, snapshot
+            self.last_portfolio = portfolio
 
     def wait_for_tick(self, revision: int, timeout: float) -> bool:
         """Block until a tick has processed ``revision`` (or ``timeout`` passes)."""

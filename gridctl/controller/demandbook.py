@@ -3,7 +3,11 @@
 The router hands over one bounded record per request (no content). Only
 configured models create demand series, so arbitrary names cannot grow state.
 The book keeps a bounded window per model and produces ``ModelDemand`` through
-the demand forecaster.
+the demand forecaster. Every observation also feeds the workload learners
+(``gridctl.demand.DemandLearner``: unbound workload demand, correlation,
+affinity sequences, outcome evidence); ``picture`` copies their bounded state
+under the telemetry lock, and portfolio planning runs on that immutable
+picture after the lock is released, so request completion never waits on it.
 """
 
 from __future__ import annotations
@@ -12,7 +16,16 @@ import threading
 from collections import deque
 from collections.abc import Iterable
 
-from gridctl.domain import ControllerPolicy, ModelDemand
+from gridctl.demand import DemandLearner, DemandPicture, features_of
+from gridctl.domain import (
+    ControllerPolicy,
+    DesiredState,
+    FleetSnapshot,
+    ModelDemand,
+    ModelProfile,
+    WorkloadCatalog,
+)
+from gridctl.planner.portfolio_types import MEDIA_WORKLOADS, PortfolioInputs
 from gridctl.router.telemetry import RequestObservation
 
 MAX_OBSERVATIONS_PER_MODEL = 20_000
@@ -25,6 +38,56 @@ class DemandBook:
         self._series: dict[str, deque[RequestObservation]] = {}
         self._configured: frozenset[str] = frozenset()
         self.revision = 0  # advances on every accepted observation
+        self._learner = DemandLearner(ControllerPolicy(), WorkloadCatalog())
+
+    def configure_learning(
+        self,
+        policy: ControllerPolicy,
+        catalog: WorkloadCatalog,
+        profiles: Iterable[ModelProfile],
+    ) -> None:
+        """Point the learners at the current policy, catalog and configured artifacts.
+
+        Learned state survives a policy or catalog change; only the tunables move.
+        """
+        artifacts = {p.name: p.artifact.sha256 for p in profiles}
+        with self._lock:
+            learner = self._learner
+            learner.policy = learner.sequences.policy = learner.outcomes.policy = policy
+            learner.catalog = catalog
+            learner.configure(artifacts)
+
+    def picture(self, now: float) -> DemandPicture:
+        """An immutable copy of the learners' state (taken under the lock)."""
+        with self._lock:
+            return self._learner.picture(now)
+
+    def record_evaluation(
+        self, model_id: str, workload: str, sha: str | None, quality: float, at: float
+    ) -> None:
+        with self._lock:
+            self._learner.record_evaluation(model_id, workload, sha, quality, at)
+            self.revision += 1
+
+    def _learn(self, observation: RequestObservation) -> None:
+        modality = observation.modality if observation.modality in ("image", "video") else "text"
+        self._learner.observe(
+            features_of(
+                t=observation.t,
+                endpoint=observation.endpoint,
+                model=observation.model,
+                served_model=observation.served_model,
+                workload=observation.workload,
+                modality=modality,
+                input_units=observation.input_units,
+                output_units=observation.output_units,
+                service_seconds=observation.service_seconds,
+                queue_depth=observation.queue_depth,
+                outcome=observation.outcome,
+                session_hash=observation.session,
+                evaluation=bool(getattr(observation, "evaluation", False)),
+            )
+        )
 
     def configure(self, models: Iterable[str]) -> None:
         with self._lock:
@@ -39,9 +102,11 @@ class DemandBook:
 
     def observe(self, observation: RequestObservation) -> None:
         model = observation.model
-        if model is None:
-            return
         with self._lock:
+            self._learn(observation)
+            if model is None or model == "auto":
+                self.revision += 1
+                return  # unbound: workload demand only, never a model's direct demand
             if model not in self._configured:
                 return
             series = self._series.setdefault(model, deque(maxlen=MAX_OBSERVATIONS_PER_MODEL))
@@ -104,4 +169,23 @@ def _forecast_one(
         confidence=min(1.0, len(recent) / 20.0),
         sample_count=len(recent),
         observed_peak_requests_per_minute=len(recent) / minutes,
+    )
+
+
+def portfolio_inputs(
+    desired: DesiredState, snapshot: FleetSnapshot, picture: DemandPicture | None
+) -> PortfolioInputs:
+    """Portfolio inputs: the tick's snapshot (its direct demand) plus the learners' picture."""
+    media = frozenset(
+        w.name
+        for w in desired.catalog.workloads
+        if {"image", "video"} & (set(w.endpoints) | set(w.modalities))
+    )
+    return PortfolioInputs(
+        profiles=tuple(sorted(desired.profiles, key=lambda p: p.name)),
+        snapshot=snapshot,
+        policy=desired.policy,
+        workloads=picture.workloads if picture is not None else (),
+        outcomes=picture.outcomes if picture is not None else (),
+        media_workloads=media or MEDIA_WORKLOADS,
     )

@@ -12,6 +12,8 @@ from gridctl import __version__
 from gridctl.controller.control import Controller
 from gridctl.domain import HostState, Mode, Plan, ResidencyState
 from gridctl.planner.canonical import plan_to_json
+from gridctl.planner.portfolio import admission_row_json, portfolio_to_json
+from gridctl.planner.portfolio_types import PortfolioResult
 from gridctl.reconcile import PendingAction, action_to_json
 
 IN_PROGRESS = (ResidencyState.LOADING, ResidencyState.WARMING)
@@ -154,6 +156,15 @@ def _models(ctl: Controller, now: float, mode: Mode) -> list[dict[str, Any]]:
     return rows
 
 
+def portfolio_status(portfolio: PortfolioResult | None) -> dict[str, Any] | None:
+    """The joint mapping, selected models and exploration slot (workload intelligence)."""
+    if portfolio is None:
+        return None
+    document = portfolio_to_json(portfolio)
+    document.pop("admission")
+    return document
+
+
 def build_status(ctl: Controller) -> dict[str, Any]:
     now = ctl.clock()
     mode, refused = ctl.effective_mode()
@@ -161,6 +172,7 @@ def build_status(ctl: Controller) -> dict[str, Any]:
     override = ctl.override()
     memory = ctl.store.memory()
     plan = ctl.last_plan
+    portfolio = ctl.last_portfolio
     result = ctl.last_result
     with ctl._lock:
         pending = sorted(ctl.store.pending(), key=lambda p: (p.queued, p.action_id))
@@ -294,5 +306,6 @@ def build_status(ctl: Controller) -> dict[str, Any]:
         "delivery_safety_error": ctl.delivery_safety_error,
         "warnings": warnings,
         "history": history,
-        "admission": [],
+        "admission": [admission_row_json(r) for r in portfolio.admission] if portfolio else [],
+        "portfolio": portfolio_status(portfolio),
     }

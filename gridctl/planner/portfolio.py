@@ -183,7 +183,7 @@ def admission_row_json(row: AdmissionRow) -> dict[str, Any]:
     return {
         "workload": row.workload,
         "state": row.state.value,
-        "model": row.model_id,
+        "model_id": row.model_id,
         "requests": row.requests,
         "offered_concurrency": row.offered_concurrency,
         "desired": row.desired,
@@ -191,6 +191,6 @@ def admission_row_json(row: AdmissionRow) -> dict[str, Any]:
         "ready": row.ready,
         "missing": row.missing,
         "eligible_hosts": row.eligible_hosts,
-        "startup_seconds": row.startup_seconds,
+        "startup_estimate_seconds": row.startup_seconds,
         "reason": row.reason,
     }

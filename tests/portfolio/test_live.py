@@ -1,0 +1,105 @@
+"""Live workload intelligence in the controller: unbound demand warms the scored model."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gridctl.config.schemas import validator
+from gridctl.controller.serving import ControllerService, ServiceOptions
+from gridctl.router.telemetry import RequestObservation
+from tests.controller.simnodes import GEMMA_SHA, SimNode
+from tests.controller.test_http_flow import POLICY, Clock, converge, engine_handler
+
+
+def scored(name: str, workload: str) -> str:
+    return textwrap.dedent(f"""\
+        apiVersion: gridctl/v1
+        kind: ModelProfile
+        metadata: {{name: {name}}}
+        spec:
+          memory_mb: 640
+          artifact: {{sha256: {GEMMA_SHA}}}
+          min_replicas: 0
+          max_replicas: 1
+          min_residency_seconds: 0
+          workload_scores: {{{workload}: 1}}
+        """)
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Any:
+    watch = tmp_path / "policies"
+    watch.mkdir()
+    (watch / "coder.yaml").write_text(scored("gemma-coder", "coding"))
+    (watch / "general.yaml").write_text(scored("gemma-general", "general"))
+    (watch / "policy.yaml").write_text(POLICY)
+    clock = Clock()
+    svc = ControllerService(
+        ServiceOptions(
+            state_dir=tmp_path / "state",
+            watch_dir=watch,
+            clock=clock,
+            upstream_transport=httpx.MockTransport(engine_handler),
+        )
+    )
+    app = svc.build_app()
+    svc.start_ticking()
+    yield svc, app, clock
+    svc.stop_ticking()
+
+
+def unbound_coding(t: float) -> RequestObservation:
+    return RequestObservation(
+        t=t,
+        endpoint="chat",
+        model=None,
+        served_model=None,
+        host_id=None,
+        outcome="rejected",
+        status=503,
+        service_seconds=0.01,
+        workload="coding",
+    )
+
+
+@pytest.mark.anyio
+async def test_unbound_coding_demand_warms_the_coding_model(service: Any) -> None:
+    svc, app, clock = service
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://ctl"
+    ) as client:
+        node = SimNode.for_controller(
+            svc.options.state_dir,
+            "local-1",
+            client,
+            clock,
+            cached={"gemma-coder": GEMMA_SHA, "gemma-general": GEMMA_SHA},
+        )
+        assert (await node.register()).status_code == 200
+        svc.controller.demand.observe(unbound_coding(clock.now))
+        await converge(svc, [node], rounds=3)
+        status = (await client.get("/allocator/status")).json()
+        (row,) = status["admission"]
+        assert (row["workload"], row["state"]) == ("coding", "awaiting-plan")
+        assert node.executed == []
+        for i in range(2):
+            svc.controller.demand.observe(unbound_coding(clock.now + i))
+        clock.now += 5
+        await converge(svc, [node], rounds=8)
+        status = (await client.get("/allocator/status")).json()
+        assert list(validator("wire/status.schema.json").iter_errors(status)) == []
+        (row,) = status["admission"]
+        assert row["model_id"] == "gemma-coder"
+        assert row["state"] in ("planned", "starting", "ready"), row
+        assert status["portfolio"]["mapping"] == {"coding": "gemma-coder"}
+        assert status["portfolio"]["selected"] == ["gemma-coder"]
+        assert [c["model_id"] for c in node.executed] == ["gemma-coder"]
+        assert all(
+            d["model_id"] != "gemma-coder" or d["requests_per_minute"] == 0
+            for d in status["forecasts"]
+        )  # never direct demand
