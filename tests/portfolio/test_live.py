@@ -38,6 +38,8 @@ def service(tmp_path: Path) -> Any:
     (watch / "coder.yaml").write_text(scored("gemma-coder", "coding"))
     (watch / "general.yaml").write_text(scored("gemma-general", "general"))
     (watch / "policy.yaml").write_text(POLICY)
+    catalog = Path(__file__).resolve().parents[2] / "policies" / "workloads.yaml"
+    (watch / "workloads.yaml").write_text(catalog.read_text(encoding="utf-8"))
     clock = Clock()
     svc = ControllerService(
         ServiceOptions(
@@ -103,3 +105,51 @@ async def test_unbound_coding_demand_warms_the_coding_model(service: Any) -> Non
             d["model_id"] != "gemma-coder" or d["requests_per_minute"] == 0
             for d in status["forecasts"]
         )  # never direct demand
+
+
+CODING = {"model": "auto", "messages": [{"role": "user", "content": "fix this python bug"}]}
+
+
+@pytest.mark.anyio
+async def test_unbound_requests_get_503_then_the_warmed_coding_model(service: Any) -> None:
+    svc, app, clock = service
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://ctl"
+    ) as client:
+        node = SimNode.for_controller(
+            svc.options.state_dir,
+            "local-1",
+            client,
+            clock,
+            cached={"gemma-coder": GEMMA_SHA, "gemma-general": GEMMA_SHA},
+        )
+        assert (await node.register()).status_code == 200
+        await converge(svc, [node], rounds=2)
+        states = []
+        for _ in range(3):
+            refused = await client.post("/v1/chat/completions", json=CODING)
+            assert refused.status_code == 503, refused.text
+            error = refused.json()["error"]
+            assert error["workload"] == "coding" and "coding" in error["message"]
+            states.append(error["admission_state"])
+        assert states[0] == "awaiting-plan"
+        svc.tap.flush()
+        clock.now += 5
+        await converge(svc, [node], rounds=8)
+        assert [c["model_id"] for c in node.executed] == ["gemma-coder"]
+        served = await client.post("/v1/chat/completions", json=CODING)
+        assert served.status_code == 200, served.text
+        assert served.json()["model"] == "gemma-coder"
+        status = (await client.get("/allocator/status")).json()
+        (row,) = status["admission"]
+        assert (row["workload"], row["state"], row["model_id"]) == (
+            "coding",
+            "ready",
+            "gemma-coder",
+        )
+        svc.tap.flush()
+        clock.now += 1
+        await converge(svc, [node], rounds=2)
+        status = (await client.get("/allocator/status")).json()
+        coder = [f for f in status["forecasts"] if f["model_id"] == "gemma-coder"]
+        assert all(f["requests_per_minute"] == 0 and f["sample_count"] == 0 for f in coder)
