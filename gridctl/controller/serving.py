@@ -42,6 +42,7 @@ from gridctl.domain import DesiredState
 from gridctl.metrics import ControllerMetrics
 from gridctl.router.proxy import Router, RouterContext
 from gridctl.router.telemetry import RequestObservation, TelemetryTap
+from gridctl.router.unbound import UnboundDirectory
 
 log = logging.getLogger(__name__)
 
@@ -248,6 +249,11 @@ class ControllerService:
             )
         )
         self.router = router
+        router.unbound = UnboundDirectory(  # unbound requests follow the workload portfolio
+            lambda: self.controller.last_portfolio,
+            lambda: (self.controller.current_desired() or DesiredState("", False)).catalog,
+            lambda model: self.registry.routable(model, self.options.clock()),
+        )
         # proxy measurements override self-reported speed in placement snapshots
         self.registry.measured = router.attribution.host_aggregates
         app = ControllerApp(

@@ -33,6 +33,7 @@ from gridctl.router.choosing import Candidate, choose, token_hint
 from gridctl.router.features import RequestFeatures, request_features
 from gridctl.router.sse import UsageParser, completion_tokens
 from gridctl.router.telemetry import RequestObservation, TelemetryTap
+from gridctl.router.unbound import UnboundDirectory, forward_unbound, unbound_request
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
 HOP_HEADERS = {"content-type", "accept"}
@@ -73,6 +74,7 @@ class Router:
         self.attribution = context.attribution or Attribution(context.clock)
         self._freed: asyncio.Event | None = None
         self._waiting: dict[str, int] = {}
+        self.unbound: UnboundDirectory | None = None  # set by the controller service
 
     def routes(self) -> list[Route]:
         return [
@@ -110,6 +112,12 @@ class Router:
             return openai_error(400, "request body is not valid JSON", "invalid_request_error")
         if not isinstance(payload, dict):
             return openai_error(400, "request body must be a JSON object", "invalid_request_error")
+        # --- unbound workload demand ("auto" or no model): see gridctl.router.unbound ---
+        if self.unbound is not None and unbound_request(payload):
+            return await forward_unbound(
+                self, self.unbound, request, endpoint, path, payload, len(body)
+            )
+        # --- end unbound ---
         model = payload.get("model")
         if not isinstance(model, str) or not model:
             return openai_error(400, "'model' is required", "invalid_request_error", "model")
