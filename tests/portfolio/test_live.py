@@ -153,3 +153,28 @@ async def test_unbound_requests_get_503_then_the_warmed_coding_model(service: An
         status = (await client.get("/allocator/status")).json()
         coder = [f for f in status["forecasts"] if f["model_id"] == "gemma-coder"]
         assert all(f["requests_per_minute"] == 0 and f["sample_count"] == 0 for f in coder)
+
+
+@pytest.mark.anyio
+async def test_evaluations_are_operator_only_and_fenced_by_artifact(service: Any) -> None:
+    svc, app, clock = service
+    admin = {"X-Grid-Allocator-Token": svc.operator_token}
+    body = {"model_id": "gemma-coder", "workload": "coding", "quality": 0.9}
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://ctl"
+    ) as client:
+        await client.post("/allocator/tick", headers=admin)
+        anonymous = await client.post("/allocator/evaluations", json=body)
+        assert anonymous.status_code in (401, 403)
+        wrong = await client.post(
+            "/allocator/evaluations", headers=admin, json={**body, "artifact_sha256": "0" * 64}
+        )
+        assert wrong.status_code == 400 and "artifact_sha256" in wrong.text
+        ok = await client.post(
+            "/allocator/evaluations", headers=admin, json={**body, "artifact_sha256": GEMMA_SHA}
+        )
+        assert ok.status_code == 200, ok.text
+    picture = svc.controller.demand.picture(clock.now)
+    (score,) = picture.outcomes
+    assert (score.model_id, score.workload, score.evaluations) == ("gemma-coder", "coding", 1.0)
+    assert picture.workloads == () and picture.models == ()  # quality is never demand
