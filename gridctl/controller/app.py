@@ -21,6 +21,7 @@ from gridctl.controller.applying import applied_summary, check_saved_plan, plan_
 from gridctl.controller.auth import AuthFailure, NodeVerifier, require_node, require_operator
 from gridctl.controller.control import Controller
 from gridctl.controller.desired import ApiDesired
+from gridctl.controller.evaluations import record_evaluation
 from gridctl.controller.statusdoc import build_status
 from gridctl.domain import Mode
 from gridctl.errors import PermanentError, WireError
@@ -87,6 +88,7 @@ class ControllerApp:
             Route("/allocator/mode", guarded(self.mode), methods=["PUT"]),
             Route("/allocator/tick", guarded(self.tick), methods=["POST"]),
             Route("/allocator/apply", guarded(self.apply), methods=["POST"]),
+            Route("/allocator/evaluations", guarded(self.evaluations), methods=["POST"]),
             Route("/metrics", self.metrics, methods=["GET"]),
             Route("/allocator/external/{name}", guarded(self.external), methods=["PUT"]),
             Route(
@@ -167,6 +169,11 @@ class ControllerApp:
         await asyncio.to_thread(self.ctl.tick)
         effective, refused = self.ctl.effective_mode()
         return JSONResponse({"effective": effective.value, "refused_automatic": refused})
+
+    async def evaluations(self, request: Request) -> Response:
+        """Operator-labelled quality (``gridctl.controller.evaluations``)."""
+        require_operator(request, self.operator_token)
+        return JSONResponse(record_evaluation(self.ctl, await read_json(request)))
 
     async def tick(self, request: Request) -> Response:
         require_operator(request, self.operator_token)
