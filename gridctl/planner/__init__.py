@@ -8,10 +8,15 @@ clock (``snapshot.now`` is the instant), no randomness.
 
 from gridctl.planner.canonical import canonical, input_digest, plan_bytes, plan_to_json
 from gridctl.planner.planning import plan_placement
+from gridctl.planner.portfolio import plan_portfolio, portfolio_to_json
+from gridctl.planner.portfolio_types import AdmissionState, PortfolioInputs, PortfolioResult
 from gridctl.planner.rejections import Rejection, RejectionCode
 from gridctl.planner.targets import ReplicaTarget, replica_target
 
 __all__ = [
+    "AdmissionState",
+    "PortfolioInputs",
+    "PortfolioResult",
     "Rejection",
     "RejectionCode",
     "ReplicaTarget",
@@ -19,6 +24,8 @@ __all__ = [
     "input_digest",
     "plan_bytes",
     "plan_placement",
+    "plan_portfolio",
     "plan_to_json",
+    "portfolio_to_json",
     "replica_target",
 ]
