@@ -7,8 +7,19 @@ import subprocess
 import sys
 
 FORBIDDEN = (
-    "httpx", "sqlite3", "textual", "psutil", "subprocess", "socket", "uvicorn",
-    "starlette", "watchfiles", "random", "requests", "yaml", "jsonschema",
+    "httpx",
+    "sqlite3",
+    "textual",
+    "psutil",
+    "subprocess",
+    "socket",
+    "uvicorn",
+    "starlette",
+    "watchfiles",
+    "random",
+    "requests",
+    "yaml",
+    "jsonschema",
 )
 
 
