@@ -42,7 +42,8 @@ class Ewma:
         age = max(0.0, now - self.updated_at)
         if age > EXPIRY_SECONDS:
             return 0.0
-        return min(1.0, self.samples / RAMP_SAMPLES) * 0.5 ** (age / HALF_LIFE_SECONDS)
+        ramp = min(1.0, self.samples / RAMP_SAMPLES)
+        return float(ramp * 0.5 ** (age / HALF_LIFE_SECONDS))
 
 
 @dataclass

@@ -49,7 +49,7 @@ def outcome_kind(status: int | None) -> str:
 
 def _record_opening(model: str, host: str) -> None:
     try:
-        from gridctl import metrics  # type: ignore[attr-defined]
+        from gridctl import metrics
 
         metrics.record_circuit_opening(model, host)
     except (ImportError, AttributeError):

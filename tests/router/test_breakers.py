@@ -143,3 +143,16 @@ async def test_transport_failure_opens_after_two_and_is_not_replayed(
         assert (await chat(client)).status_code == 200
         assert good.posts == 1
     await rig.upstream.aclose()
+
+
+def test_each_opening_is_counted_in_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gridctl import metrics
+
+    opened: list[tuple[str, str]] = []
+    monkeypatch.setattr(metrics, "record_circuit_opening", lambda m, h: opened.append((m, h)))
+    clock = Clock()
+    breakers = Breakers(clock)
+    breakers.record(KEY, 500)
+    breakers.record(KEY, 500)
+    breakers.record(("h2", "http://h2", "m"), 429)
+    assert opened == [("m", "h"), ("m", "h2")]
