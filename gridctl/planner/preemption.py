@@ -74,10 +74,13 @@ def _fits_without(ws: Workspace, c: Candidate, gone: list[LiveResidency]) -> boo
     freed = sum(v.memory_mb for v in gone)
     if c.memory_mb + ws.policy.admission_headroom_mb > ledger.incremental_free_mb + freed:
         return False
-    seeded = sum(v.memory_mb for v in gone if v.model_id in ledger.assigned)
+    names = {v.model_id for v in gone}
+    # a kept model is charged once (its assignment), however many of its rows go
+    kept = ws.assignments
+    host_id = c.view.host_id
+    seeded = sum(kept[m][host_id].memory_mb for m in names if m in ledger.assigned)
     if c.memory_mb > ledger.desired_free_mb + seeded:
         return False
-    names = {v.model_id for v in gone}
     members = (ledger.members() - names) - {c.profile.name}
     limit = c.view.host.resources.max_models
     if limit > 0 and len(members) + 1 > limit:
@@ -153,9 +156,9 @@ def stage_preemption(ws: Workspace, model_id: str, hosts: tuple[str, ...] | list
     assert not isinstance(shaped, Rejection)
     for victim in best.victims:
         if victim.model_id in shaped.ledger.assigned:
-            ws.remove_assignment(victim.model_id, best.host_id)
+            kept = ws.remove_assignment(victim.model_id, best.host_id)
             charged = victim.managed and not victim.residency.pinned
-            shaped.ledger.drop_existing(victim.model_id, victim.memory_mb, charged)
+            shaped.ledger.drop_existing(victim.model_id, kept.memory_mb, charged)
         ws.preemptions[(best.host_id, victim.model_id)] = Preemption(
             host_id=best.host_id,
             model_id=victim.model_id,
