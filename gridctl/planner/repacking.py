@@ -1,4 +1,5 @@
-"""Moving live incumbents out of the way: the sole-host override and rollouts.
+"""Moving live incumbents out of the way: the sole-host override, the proactive
+repack and rollouts.
 
 A demanded model whose only eligible host is occupied is a hard override:
 removable incumbents there are re-placed on another host now (make-before-
@@ -6,6 +7,43 @@ break: their replacement warms first) and staged out of the sole host, and
 the demanded model is placed there once a later snapshot shows the memory
 free. The target stays sticky while the victims drain, because it is still
 the model's only host.
+
+The proactive repack applies when an immediately free host exists but is
+*materially worse* than an occupied one. For a baseline or direct replica whose
+best feasible host F scores ``score_F``, an occupied eligible host O qualifies
+when releasing some of its incumbents would let the replica fit there and
+
+    net = (score_O - score_F) - delay - loss >= REPACK_MATERIAL_GAIN (25 points)
+
+* ``score_O`` is the replica's full score on O once the incumbents are gone
+  (static parts, failure-domain spread, best fit in the released memory), so
+  startup time (cold start, cached weights), current work, hardware and fit
+  are all accounted, on the same scale as every placement decision;
+* ``delay`` charges the repack's longer path to service on the cold-start
+  scale: the replica starts only after the moved incumbents' replacements are
+  ready, so their (parallel) startup is added to its own before the cold-start
+  cap;
+* ``loss`` is what the moved incumbents give up in steady state: their score
+  as a new placement on O minus their replacement host's, without the startup
+  parts (make-before-break keeps them serving while they move).
+
+25 points is more than any single marginal term (best fit, load, latency and
+host priority are at most 10, cold start and throttling 15), so marginal
+improvements use immediate capacity, which bounds churn; cached weights (40
+plus the load time saved) or a hot model's faster hardware (up to 8x the
+hardware terms) are material. Only managed, unpinned, configured incumbents of
+no higher priority than the replica, past their minimum residency, are moved,
+never more than the eviction budget. The incumbent gets its replacement host
+now (an assignment), the old copy is staged out (a preemption naming the
+beneficiary, which reconciliation drains only once the replacement is ready),
+and the beneficiary is reported ``preemption_staged`` with O's capacity
+reserved.
+
+The target stays sticky: while a repack is in progress (every incumbent in the
+way is already draining, unloading or failed, or already has a live
+replacement elsewhere), O keeps the beneficiary as long as the net gain stays
+above half the threshold (``REPACK_STAY_GAIN``), so a later heartbeat's small
+changes cannot redirect it to an avoidable cold or slower host.
 
 A residency of an old artifact revision does not satisfy placement. When no
 other host can take the new revision, replacing it in place is only staged if
@@ -15,12 +53,45 @@ another ready replica keeps the model available; otherwise it is refused as
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from gridctl.domain import Assignment, DemandClass, Preemption, ResidencyState, UnsatisfiedCode
 from gridctl.planner.host_views import LiveResidency
-from gridctl.planner.preemption import _fits_without, warm_back_seconds
-from gridctl.planner.rejections import Rejection
-from gridctl.planner.selection import candidate_for, choose_host, commit, disk_admission, uncommit
+from gridctl.planner.preemption import _fits_without, busy, protected, warm_back_seconds
+from gridctl.planner.rejections import Rejection, RejectionCode
+from gridctl.planner.scoring import (
+    DYNAMIC_MAX,
+    Components,
+    cold_start_points,
+    score_with_dynamic,
+    static_components,
+)
+from gridctl.planner.selection import (
+    Candidate,
+    candidate_for,
+    choose_host,
+    commit,
+    disk_admission,
+    evaluate,
+    failure_domain,
+    uncommit,
+)
 from gridctl.planner.workspace import Workspace
+
+REPACK_MATERIAL_GAIN = 25.0  # score points a free host must lose to be "materially worse"
+REPACK_STAY_GAIN = REPACK_MATERIAL_GAIN / 2  # hysteresis while a repack is in progress
+REPACK_HOSTS = 8  # occupied hosts examined per pass, best static score first
+_RELEASING = frozenset({ResidencyState.DRAINING, ResidencyState.UNLOADING, ResidencyState.FAILED})
+_STARTUP_PARTS = frozenset({"existing_residency", "cached_weights", "cold_start"})
+_RELEASE_CODES = frozenset(
+    {
+        RejectionCode.MEMORY_INCREMENTAL,
+        RejectionCode.MEMORY_DESIRED,
+        RejectionCode.MODEL_SLOTS,
+        RejectionCode.COLOCATION_CEILING,
+        RejectionCode.COLOCATION_EXCLUDE,
+    }
+)
 
 
 def relocate_for_sole_host(ws: Workspace, model_id: str, demand_class: DemandClass) -> bool:
@@ -68,8 +139,8 @@ def relocate_for_sole_host(ws: Workspace, model_id: str, demand_class: DemandCla
         return False
     for row in gone:
         if row.model_id in shaped.ledger.assigned:
-            ws.remove_assignment(row.model_id, host_id)
-            shaped.ledger.drop_existing(row.model_id, row.memory_mb, True)
+            kept = ws.remove_assignment(row.model_id, host_id)
+            shaped.ledger.drop_existing(row.model_id, kept.memory_mb, True)
         ws.preemptions[(host_id, row.model_id)] = Preemption(
             host_id=host_id,
             model_id=row.model_id,
@@ -85,6 +156,219 @@ def relocate_for_sole_host(ws: Workspace, model_id: str, demand_class: DemandCla
         host_id=host_id,
     )
     return True
+
+
+@dataclass(slots=True)
+class _Repack:
+    """A qualifying repack of one occupied host, its replacements already committed."""
+
+    host_id: str
+    shaped: Candidate
+    gone: list[LiveResidency]
+    moved: dict[str, Assignment]  # incumbent model -> its replacement
+    net: float
+
+
+def stage_proactive_repack(
+    ws: Workspace, model_id: str, free: Candidate, demand_class: DemandClass
+) -> bool:
+    """Repack a materially better occupied host instead of using ``free``; True when staged.
+
+    Repacks already in progress are kept first (at the lower, sticky threshold),
+    then a new one may start.
+    """
+    if demand_class not in (DemandClass.BASELINE, DemandClass.DIRECT):
+        return False
+    if ws.evictions_left() <= 0:
+        return False
+    for in_progress in (True, False):
+        found = _find_repack(ws, model_id, free, in_progress)
+        if found is not None:
+            _stage(ws, model_id, free, found)
+            return True
+    return False
+
+
+def _find_repack(
+    ws: Workspace, model_id: str, free: Candidate, in_progress: bool
+) -> _Repack | None:
+    threshold = REPACK_STAY_GAIN if in_progress else REPACK_MATERIAL_GAIN
+    examined = 0
+    for host_id in ws.ordered_hosts(model_id):
+        _, bound = ws.static_score(model_id, host_id)
+        if bound + DYNAMIC_MAX < free.score + threshold:
+            break  # ranked by static score: no later host can gain enough
+        if host_id == free.view.host_id:
+            continue
+        shaped = candidate_for(ws, model_id, host_id)
+        if isinstance(shaped, Rejection) or shaped.incumbent is not None:
+            continue
+        shaped.relax_domains = free.relax_domains
+        rejection = evaluate(ws, shaped)
+        if rejection is None or rejection.code not in _RELEASE_CODES:
+            continue  # it fits now (and scores lower), or releasing memory would not help
+        if failure_domain(shaped, ws) is not None or disk_admission(shaped, ws) is not None:
+            continue
+        pool = [row for row in shaped.view.live if _movable(ws, row, model_id, host_id)]
+        if not pool:
+            continue
+        examined += 1
+        if examined > REPACK_HOSTS:
+            break
+        pool.sort(key=lambda row: _move_order(ws, row))
+        found = _attempt(ws, model_id, shaped, pool, free, threshold, in_progress)
+        if found is not None:
+            return found
+    return None
+
+
+def _movable(ws: Workspace, row: LiveResidency, model_id: str, host_id: str) -> bool:
+    """Managed, unpinned, configured work of no higher priority, past its minimum residency."""
+    return (
+        row.removable
+        and row.configured
+        and row.model_id != model_id
+        and row.priority <= ws.priority(model_id)
+        and (host_id, row.model_id) not in ws.preemptions
+        and host_id not in ws.profiles[row.model_id].pins
+        and not protected(ws, row)
+    )
+
+
+def _move_order(ws: Workspace, row: LiveResidency) -> tuple[int, int, int, float, str]:
+    """Already releasing first, then idle, lower priority and cheaper to warm back."""
+    releasing = row.residency.state in _RELEASING
+    return (
+        0 if releasing else 1,
+        1 if busy(row) else 0,
+        row.priority,
+        warm_back_seconds(ws, row),
+        row.model_id,
+    )
+
+
+def _attempt(
+    ws: Workspace,
+    model_id: str,
+    shaped: Candidate,
+    pool: list[LiveResidency],
+    free: Candidate,
+    threshold: float,
+    in_progress: bool,
+) -> _Repack | None:
+    """Release incumbents on one host until the replica fits; keep it if the net gain holds."""
+    host_id = shaped.view.host_id
+    ledger = shaped.ledger
+    gone: list[LiveResidency] = []
+    moved: dict[str, Assignment] = {}
+    delay = 0.0
+    loss = 0.0
+    fits = False
+    for row in pool:
+        if len(gone) >= ws.evictions_left():
+            break
+        if row.model_id in ledger.assigned and row.model_id not in moved:
+            # still desired here: it moves first (make-before-break)
+            others = [h for h in ws.ordered_hosts(row.model_id) if h != host_id]
+            choice = choose_host(ws, row.model_id, others, relax_domains=True)
+            if choice.winner is None or (in_progress and choice.winner.incumbent is None):
+                continue
+            kept = ws.assignments[row.model_id][host_id]
+            moved[row.model_id] = commit(
+                ws, choice.winner, kept.demand_class, f"moved off {host_id} for {model_id}"
+            )
+            delay = max(delay, _startup_seconds(ws, choice.winner))
+            replacement_parts, _ = ws.static_score(row.model_id, choice.winner.view.host_id)
+            loss += _steady(_as_new_parts(ws, row.model_id, host_id)) - _steady(replacement_parts)
+        elif in_progress and row.residency.state not in _RELEASING:
+            continue  # a desired copy nothing has started to replace
+        gone.append(row)
+        if _fits_without(ws, shaped, gone):
+            fits = True
+            break
+    net = 0.0
+    if fits:
+        freed = sum(row.memory_mb for row in gone)
+        released = score_with_dynamic(
+            ws.static_sum(model_id, host_id),
+            shaped.view.domain not in ws.domains[model_id],
+            ledger.incremental_free_mb + freed - shaped.memory_mb,
+            shaped.view.new_capacity_mb,
+        )
+        own = _new_startup_seconds(ws, model_id, host_id)
+        penalty = cold_start_points(own + delay) - cold_start_points(own)
+        net = released - free.score - penalty - loss
+    if not fits or net < threshold:
+        for assignment in moved.values():
+            uncommit(ws, assignment.model_id, assignment.host_id)
+        return None
+    return _Repack(host_id, shaped, gone, moved, round(net, 6))
+
+
+def _stage(ws: Workspace, model_id: str, free: Candidate, found: _Repack) -> None:
+    host_id = found.host_id
+    ledger = found.shaped.ledger
+    gain = f"{found.net:.1f} points over {free.view.host_id}"
+    for row in found.gone:
+        if row.model_id in ledger.assigned:
+            kept = ws.remove_assignment(row.model_id, host_id)
+            ledger.drop_existing(row.model_id, kept.memory_mb, True)  # removable: charged
+        replacement = found.moved.get(row.model_id)
+        then = f"; {row.model_id} moves to {replacement.host_id} first" if replacement else ""
+        ws.preemptions[(host_id, row.model_id)] = Preemption(
+            host_id=host_id,
+            model_id=row.model_id,
+            beneficiary=model_id,
+            reason=f"proactive repack: {model_id} gains {gain} on {host_id}{then}",
+        )
+    ledger.reserve(model_id, found.shaped.memory_mb)
+    ws.explain.choose(model_id, host_id, "proactive repack staged; placed after release")
+    names = ", ".join(row.model_id for row in found.gone)
+    ws.add_shortfall(
+        model_id,
+        UnsatisfiedCode.PREEMPTION_STAGED,
+        f"proactive repack of {host_id} staged ({gain}): {names} released first",
+        host_id=host_id,
+    )
+
+
+def _startup_seconds(ws: Workspace, candidate: Candidate) -> float:
+    """Seconds until a chosen replacement serves: ready now, warming, or load plus warm."""
+    incumbent = candidate.incumbent
+    if incumbent is None:
+        return _new_startup_seconds(ws, candidate.profile.name, candidate.view.host_id)
+    if incumbent.residency.state is ResidencyState.READY:
+        return 0.0
+    return candidate.profile.warm_seconds
+
+
+def _new_startup_seconds(ws: Workspace, model_id: str, host_id: str) -> float:
+    profile = ws.profiles[model_id]
+    startup = profile.warm_seconds
+    if not ws.views[host_id].has_exact_artifact(profile):
+        startup += profile.load_seconds
+    return startup
+
+
+def _as_new_parts(ws: Workspace, model_id: str, host_id: str) -> Components:
+    """Static parts of ``model_id`` on ``host_id`` as a new placement (ignoring its copy there)."""
+    need = 0.0
+    if ws.scarcity is not None:
+        need = ws.scarcity.need(host_id, len(ws.eligible[model_id]))
+    return static_components(
+        ws.profiles[model_id],
+        ws.views[host_id],
+        None,
+        ws.norms,
+        ws.targets[model_id].performance_factor,
+        need,
+        ws.policy,
+    )
+
+
+def _steady(parts: Components) -> float:
+    """Steady-state quality: the static parts other than startup (existing, cached, cold)."""
+    return sum(value for name, value in parts if name not in _STARTUP_PARTS)
 
 
 def replace_in_place(ws: Workspace, model_id: str) -> bool:

@@ -8,7 +8,9 @@ Round order: more constrained models (fewer eligible hosts) and larger models
 first, then the greater attributable harm (queue, latency/SLO ratio, errors,
 concurrency, observed rate), the model id last.
 
-A replica that finds no host tries, in order: the bounded repair (moving fresh
+A replica whose best free host is materially worse than an occupied one stages
+a proactive repack instead (``repacking``). A replica that finds no host tries,
+in order: the bounded repair (moving fresh
 equal-priority replicas), an in-place artifact replacement, staged preemption
 of lower-priority work (not for inferred-only demand) and the sole-host
 repack. Otherwise its shortfall is recorded with the most telling code.
@@ -21,7 +23,11 @@ from enum import Enum
 from gridctl.domain import DemandClass, UnsatisfiedCode
 from gridctl.planner.preemption import stage_preemption
 from gridctl.planner.rejections import RejectionCode, shortfall_code
-from gridctl.planner.repacking import relocate_for_sole_host, replace_in_place
+from gridctl.planner.repacking import (
+    relocate_for_sole_host,
+    replace_in_place,
+    stage_proactive_repack,
+)
 from gridctl.planner.repair import try_repair
 from gridctl.planner.selection import choose_host, commit
 from gridctl.planner.workspace import Workspace
@@ -65,6 +71,8 @@ def place_one(ws: Workspace, model_id: str, index: int, demand_class: DemandClas
         codes |= choice.codes
     reason = _reason(ws, model_id, index, demand_class)
     if choice.winner is not None:
+        if stage_proactive_repack(ws, model_id, choice.winner, demand_class):
+            return Outcome.STAGED
         commit(ws, choice.winner, demand_class, reason)
         return Outcome.PLACED
     codes |= ws.static_codes[model_id]

@@ -153,7 +153,7 @@ def static_components(
         startup = profile.warm_seconds
         if not view.has_exact_artifact(profile):
             startup += profile.load_seconds
-        parts.append(("cold_start", -min(COLD_START_MAX, startup / 20.0)))
+        parts.append(("cold_start", -cold_start_points(startup)))
     if view.throttled:
         parts.append(("throttled", -THROTTLED))
     failures = view.failures.get(profile.name, 0)
@@ -163,6 +163,11 @@ def static_components(
     if scarcity_need and incumbent is None:
         parts.append(("scarcity", -SCARCITY * scarcity_need))
     return tuple((name, _r(value)) for name, value in parts)
+
+
+def cold_start_points(startup_seconds: float) -> float:
+    """The cold-start cost of a start path: a point per 20 seconds, at most ``COLD_START_MAX``."""
+    return min(COLD_START_MAX, startup_seconds / 20.0)
 
 
 def best_fit(free_after_mb: int, capacity_mb: int) -> float:

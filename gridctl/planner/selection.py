@@ -321,11 +321,16 @@ def commit(
 
 
 def uncommit(ws: Workspace, model_id: str, host_id: str) -> Assignment:
-    """Undo a new (not existing) assignment made earlier in this plan."""
+    """Undo an assignment made earlier in this plan (a new replica or a kept incumbent)."""
     assignment = ws.remove_assignment(model_id, host_id)
-    assert not assignment.existing
+    ledger = ws.ledgers[host_id]
+    if assignment.existing:
+        incumbent = ws.incumbent(model_id, host_id)
+        charged = incumbent is None or (incumbent.managed and not incumbent.residency.pinned)
+        ledger.drop_existing(model_id, assignment.memory_mb, charged)
+        return assignment
     profile = ws.profiles[model_id]
     view = ws.views[host_id]
     disk = 0 if view.has_exact_artifact(profile) else (profile.artifact.size_mb or 0)
-    ws.ledgers[host_id].remove_new(model_id, assignment.memory_mb, disk)
+    ledger.remove_new(model_id, assignment.memory_mb, disk)
     return assignment

@@ -262,6 +262,39 @@ def preemption_violations(
     return out
 
 
+def repack_violations(
+    profiles: Sequence[ModelProfile], snapshot: FleetSnapshot, plan: Plan
+) -> list[str]:
+    """A proactive repack moves only work of no higher priority, past its minimum residency
+    (unless already releasing), never keeps the old copy desired, and places the
+    beneficiary nowhere else for that replica's host."""
+    by_name = {p.name: p for p in profiles}
+    hosts = {h.host_id: h for h in snapshot.hosts}
+    releasing = {"draining", "unloading", "failed"}
+    out = []
+    for e in plan.preemptions:
+        if not e.reason.startswith("proactive repack"):
+            continue
+        victim = by_name.get(e.model_id)
+        beneficiary = by_name[e.beneficiary]
+        if victim is None:
+            out.append(f"repack moved unconfigured {e.model_id}")
+            continue
+        if victim.priority > beneficiary.priority:
+            out.append(f"repack moved {e.model_id} ({victim.priority}) for {e.beneficiary}")
+        if any(a.model_id == e.model_id and a.host_id == e.host_id for a in plan.assignments):
+            out.append(f"{e.model_id} both kept and released on {e.host_id}")
+        if any(a.model_id == e.beneficiary and a.host_id == e.host_id for a in plan.assignments):
+            out.append(f"{e.beneficiary} placed on {e.host_id} before its release")
+        for r in live_rows(hosts[e.host_id]):
+            young = r.loaded_at is not None and snapshot.now - r.loaded_at < (
+                victim.min_residency_seconds
+            )
+            if r.model_id == e.model_id and young and r.state.value not in releasing:
+                out.append(f"repack moved {e.model_id} inside its minimum residency")
+    return out
+
+
 def accounting_violations(plan: Plan) -> list[str]:
     """Every target replica is placed or reported missing (fail honestly)."""
     out = []

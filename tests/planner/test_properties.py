@@ -16,6 +16,7 @@ from .rules import (
     hard_rule_violations,
     pin_violations,
     preemption_violations,
+    repack_violations,
 )
 from .strategies import planning_inputs
 
@@ -51,6 +52,14 @@ def test_preemption_respects_ownership_demand_and_the_limit(inputs: Inputs) -> N
     profiles, snapshot, policy = inputs
     plan = plan_placement(profiles, snapshot, policy)
     assert preemption_violations(profiles, snapshot, policy, plan) == []
+
+
+@PROPERTY
+@given(planning_inputs())
+def test_proactive_repacks_move_only_movable_work(inputs: Inputs) -> None:
+    profiles, snapshot, policy = inputs
+    plan = plan_placement(profiles, snapshot, policy)
+    assert repack_violations(profiles, snapshot, plan) == []
 
 
 @PROPERTY

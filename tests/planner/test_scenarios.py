@@ -14,6 +14,7 @@ import pytest
 from gridctl.domain import (
     ControllerPolicy,
     DataTier,
+    HostSnapshot,
     HostState,
     ModelDemand,
     ModelProfile,
@@ -80,6 +81,31 @@ def s(name: str, hosts, models, expect, demand=(), pol=None) -> Scenario:  # typ
 
 
 LAPTOPS = [laptop_16g(f"lap-{i}", failure_domain=f"floor-{i}") for i in range(1, 5)]
+
+
+def repack_fleet(
+    gpu: ResidencyState | None = ResidencyState.READY,
+    cpu: ResidencyState | None = None,
+    **small_changes: object,
+) -> list[HostSnapshot]:
+    """A GPU server holding ``small`` (in state ``gpu``) and two free CPU boxes, the first
+    holding ``small``'s replacement in state ``cpu`` (if any)."""
+    gpu_host = gpu_server_80g("gpu-1")
+    if gpu is not None:
+        gpu_host = with_residents(gpu_host, resident("small", 50000, state=gpu, **small_changes))
+    cpu_host = cpu_box_64g("cpu-1")
+    if cpu is not None:
+        cpu_host = with_residents(cpu_host, resident("small", 50000, state=cpu))
+    return [gpu_host, cpu_host, cpu_box_64g("cpu-2")]
+
+
+def big(**changes: object) -> ModelProfile:
+    """A 40 GB llama.cpp model that runs anywhere, fastest on the GPU server."""
+    return profile("big", 40000, max_replicas=1, **changes)
+
+
+SMALL = baseline("small", 50000)
+HOT = busy("big", rpm=600)  # offered concurrency 20: the performance factor is at its 8x cap
 
 SCENARIOS = [
     # ---- target replicas ------------------------------------------------------------
@@ -443,6 +469,100 @@ SCENARIOS = [
             not_on("big", "cpu-1"),
         ],
     ),
+    # ---- proactive repack (threshold: repacking.REPACK_MATERIAL_GAIN) --------------------
+    s(
+        "a materially worse free host stages a proactive repack: the incumbent moves first",
+        repack_fleet(),
+        [big(), SMALL],
+        [
+            placed("small", "cpu-1"),
+            preempts("gpu-1", "small", "big"),
+            preemption_count(1),
+            unsatisfied("big", "preemption_staged", missing=1),
+            placed_count("big", 0),
+        ],
+        [HOT],
+    ),
+    s(
+        "a marginally worse free host is used at once: no proactive repack",
+        repack_fleet(),
+        [big(), SMALL],
+        [placed("big", "cpu-1"), existing("small", "gpu-1"), preemption_count(0)],
+        [busy("big", rpm=6)],
+    ),
+    s(
+        "cached weights on an occupied host are worth a proactive repack",
+        [
+            with_residents(with_cache(mini_32g("mini-1"), ("big", None)), resident("small", 20000)),
+            mini_32g("mini-2"),
+            mini_32g("mini-3"),
+        ],
+        [baseline("big", 16000), baseline("small", 20000)],
+        [
+            placed("small", "mini-2"),
+            preempts("mini-1", "small", "big"),
+            unsatisfied("big", "preemption_staged"),
+        ],
+    ),
+    s(
+        "correlation-only demand never stages a proactive repack",
+        [
+            with_residents(with_cache(mini_32g("mini-1"), ("big", None)), resident("small", 20000)),
+            mini_32g("mini-2"),
+            mini_32g("mini-3"),
+        ],
+        [profile("big", 16000, max_replicas=1), baseline("small", 20000)],
+        [placed("big", "mini-2"), existing("small", "mini-1"), preemption_count(0)],
+        [correlated("big", rpm=600)],
+    ),
+    s(
+        "a proactive repack never moves higher-priority work",
+        repack_fleet(),
+        [big(priority=50), baseline("small", 50000, priority=90)],
+        [placed("big", "cpu-1"), existing("small", "gpu-1"), preemption_count(0)],
+        [HOT],
+    ),
+    s(
+        "a proactive repack leaves an incumbent inside its minimum residency alone",
+        repack_fleet(loaded_at=NOW - 10),
+        [big(), baseline("small", 50000, min_residency_seconds=300)],
+        [placed("big", "cpu-1"), existing("small", "gpu-1"), preemption_count(0)],
+        [HOT],
+    ),
+    s(
+        "a proactive repack needs a replacement host for the incumbent",
+        repack_fleet(),
+        [big(), baseline("small", 50000, required_tags=("gpu",))],
+        [placed("big", "cpu-1"), existing("small", "gpu-1"), preemption_count(0)],
+        [HOT],
+    ),
+    s(
+        "the eviction budget bounds the proactive repack",
+        repack_fleet(),
+        [big(), SMALL],
+        [placed("big", "cpu-1"), existing("small", "gpu-1"), preemption_count(0)],
+        [HOT],
+        policy(max_evictions_per_plan=0),
+    ),
+    s(
+        "the proactive repack target stays sticky while the victim drains",
+        repack_fleet(gpu=ResidencyState.DRAINING, cpu=ResidencyState.READY),
+        [big(), SMALL],
+        [
+            existing("small", "cpu-1"),
+            preempts("gpu-1", "small", "big"),
+            unsatisfied("big", "preemption_staged"),
+            not_on("big", "cpu-2"),
+        ],
+        [HOT],
+    ),
+    s(
+        "a release in progress holds the replica for a gain too small to start a repack",
+        repack_fleet(gpu=ResidencyState.DRAINING, cpu=ResidencyState.READY),
+        [big(), SMALL],
+        [preempts("gpu-1", "small", "big"), not_on("big", "cpu-2")],
+        [busy("big", rpm=60)],  # the same demand on the undisturbed fleet uses cpu-1 now
+    ),
     s(
         "a lowered model limit keeps the higher-priority survivor and stages the other out",
         [
@@ -764,6 +884,52 @@ def test_scenario(scenario: Scenario) -> None:
         expectation(plan)
     assert hard_rule_violations(profiles, snapshot, scenario.policy, plan) == []
     assert preemption_violations(profiles, snapshot, scenario.policy, plan) == []
+
+
+def test_a_gain_too_small_to_start_a_repack_uses_the_free_host() -> None:
+    """The pair of the hysteresis scenario: on the undisturbed fleet the same demand
+    does not start a repack."""
+    plan = plan_placement([big(), SMALL], fleet(*repack_fleet(), demand=(busy("big", rpm=60),)))
+    placed("big", "cpu-1")(plan)
+    preemption_count(0)(plan)
+
+
+@pytest.mark.parametrize(
+    ("gpu", "cpu"),
+    [
+        # the repack is staged: the incumbent's replacement is a new assignment
+        pytest.param(ResidencyState.READY, None, id="staged"),
+        # the replacement loads, then is ready beside the old copy: the repack holds
+        pytest.param(ResidencyState.READY, ResidencyState.LOADING, id="replacement-loading"),
+        pytest.param(ResidencyState.READY, ResidencyState.READY, id="replacement-ready"),
+        # the old copy drains, then unloads: the target stays sticky
+        pytest.param(ResidencyState.DRAINING, ResidencyState.READY, id="victim-draining"),
+        pytest.param(ResidencyState.UNLOADING, ResidencyState.READY, id="victim-unloading"),
+    ],
+)
+def test_proactive_repack_holds_through_every_step_of_the_release(
+    gpu: ResidencyState, cpu: ResidencyState | None
+) -> None:
+    snapshot = fleet(*repack_fleet(gpu=gpu, cpu=cpu), demand=(HOT,))
+    plan = plan_placement([big(), SMALL], snapshot)
+    placed("small", "cpu-1")(plan)
+    if cpu is not None:
+        existing("small", "cpu-1")(plan)
+    preempts("gpu-1", "small", "big")(plan)
+    preemption_count(1)(plan)
+    unsatisfied("big", "preemption_staged")(plan)
+    placed_count("big", 0)(plan)
+    assert preemption_violations([big(), SMALL], snapshot, ControllerPolicy(), plan) == []
+
+
+def test_proactive_repack_places_the_beneficiary_once_the_host_is_released() -> None:
+    plan = plan_placement(
+        [big(), SMALL], fleet(*repack_fleet(gpu=None, cpu=ResidencyState.READY), demand=(HOT,))
+    )
+    placed("big", "gpu-1")(plan)
+    existing("small", "cpu-1")(plan)
+    preemption_count(0)(plan)
+    satisfied("big")(plan)
 
 
 def test_there_are_at_least_forty_named_scenarios() -> None:
