@@ -8,7 +8,10 @@ latency per path, the added latency (router minus direct), and requests/s
 through both. A single-client pass measures the added latency without
 contention as well.
 
-    python benchmarks/router.py [--requests N] [--rounds R]
+    python benchmarks/router.py [--requests N] [--rounds R] [--fake]
+
+``--fake`` replaces llama-server with an instant engine to isolate the router's
+own per-request cost.
 
 Targets: <= 1 ms p50 added, >= 95% of direct throughput.
 """
@@ -83,6 +86,51 @@ def llama_server(threads: int) -> Iterator[str]:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@contextlib.contextmanager
+def fake_engine() -> Iterator[str]:
+    """An instant OpenAI-wire engine: isolates the router's own cost from inference."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, __file__, "--serve-fake", str(port)])
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(url + "/health")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def serve_fake(port: int) -> None:
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    answer = {
+        "id": "x",
+        "object": "chat.completion",
+        "model": MODEL,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi"}}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
+    }
+
+    async def chat(request: Request) -> Response:
+        await request.body()
+        return JSONResponse(answer)
+
+    async def health(_request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    app = Starlette(
+        routes=[
+            Route("/health", health),
+            Route("/v1/chat/completions", chat, methods=["POST"]),
+        ]
+    )
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
 @contextlib.contextmanager
@@ -212,13 +260,22 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2, help="llama-server threads")
     parser.add_argument(
+        "--fake", action="store_true", help="an instant fake engine instead of llama-server"
+    )
+    parser.add_argument(
         "--serve-router", nargs=2, metavar=("PORT", "ENGINE"), help=argparse.SUPPRESS
     )
+    parser.add_argument("--serve-fake", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_router:
         serve_router(int(args.serve_router[0]), args.serve_router[1])
         return
-    with llama_server(args.threads) as engine, router_process(engine) as router:
+    if args.serve_fake:
+        serve_fake(args.serve_fake)
+        return
+    upstream = fake_engine() if args.fake else llama_server(args.threads)
+    with upstream as engine, router_process(engine) as router:
+        print(f"upstream: {'instant fake engine' if args.fake else 'llama-server (Gemma 3 270M)'}")
         for url in (engine, router):  # warm both paths (connections, prompt cache)
             load(url, CLIENTS, 3)
         single = {"direct": [], "router": []}
