@@ -32,8 +32,8 @@ from gridctl.planner.runtimes import residency_runtime_matches, runtime_for_new_
 from gridctl.planner.scoring import Components, FleetNorms, ScarcityIndex, static_components, total
 from gridctl.planner.targets import ReplicaTarget
 
-# static parts, their rounded total, their unrounded sum
-StaticScore = tuple[Components, float, float]
+# (static parts, their rounded total), and their unrounded sum
+StaticScore = tuple[tuple[Components, float], float]
 
 
 @dataclass(slots=True)
@@ -147,7 +147,7 @@ class Workspace:
         found = memo.get(host_id)
         if found is None:
             found = memo[host_id] = self._static_score(model_id, host_id)
-        return found[0], found[1]
+        return found[0]
 
     def static_sum(self, model_id: str, host_id: str) -> float:
         """The unrounded sum of the static parts, so that adding the dynamic parts to it
@@ -156,7 +156,7 @@ class Workspace:
         found = memo.get(host_id)
         if found is None:
             found = memo[host_id] = self._static_score(model_id, host_id)
-        return found[2]
+        return found[1]
 
     def _static_score(self, model_id: str, host_id: str) -> StaticScore:
         profile = self.profiles[model_id]
@@ -189,7 +189,7 @@ class Workspace:
                 self.policy,
             )
             raw = sum(value for _, value in parts)
-            found = self._static_by_shape[shape] = (parts, total(parts), raw)
+            found = self._static_by_shape[shape] = ((parts, total(parts)), raw)
         return found
 
     def ordered_hosts(self, model_id: str) -> tuple[str, ...]:
@@ -215,7 +215,7 @@ class Workspace:
                     value = alike[key] = self._static_score(model_id, host_id)
                 memo[host_id] = value
             # eligible hosts are in host id order and the sort is stable
-            found = tuple(sorted(self.eligible[model_id], key=lambda h: -memo[h][1]))
+            found = tuple(sorted(self.eligible[model_id], key=lambda h: -memo[h][0][1]))
             self._ordered[model_id] = found
         return found
 
