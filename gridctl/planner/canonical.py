@@ -45,6 +45,7 @@ _INFINITY = float("inf")
 _FIELDS: dict[type, tuple[tuple[str, str], ...]] = {}
 _SEQUENCES = (list, tuple, set, frozenset)
 _ENUMS: set[type] = set()  # enum types seen; bounded by the types
+_ENUM_TEXT: dict[int, tuple[Enum, str]] = {}  # JSON text of enum members seen, by identity
 
 
 def canonical_text(value: object, strings: dict[str, str] | None = None) -> str:
@@ -78,14 +79,26 @@ def _text(value: object, memo: dict[str, str]) -> str:
         return float.__repr__(value)
     if kind is tuple or kind is list or kind is set or kind is frozenset:
         assert isinstance(value, _SEQUENCES)
+        if len(value) < 2:
+            return "[" + "".join([_text(v, memo) for v in value]) + "]"
         return "[" + ",".join(sorted([_text(v, memo) for v in value])) + "]"
     names = _FIELDS.get(kind)
     if names is not None:
         return _fields_text(value, names, memo)
     if kind in _ENUMS:
-        assert isinstance(value, Enum)
-        return _text(value.value, memo)
+        return _enum_text(value, memo)
     return _general(value, memo)
+
+
+def _enum_text(value: object, memo: dict[str, str]) -> str:
+    """An enum member's value as JSON, remembered by the member's identity."""
+    hit = _ENUM_TEXT.get(id(value))
+    if hit is not None and hit[0] is value:
+        return hit[1]
+    assert isinstance(value, Enum)
+    text = _text(value._value_, memo)
+    _ENUM_TEXT[id(value)] = (value, text)  # holding the member keeps its id unique
+    return text
 
 
 def _fields_text(value: object, names: tuple[tuple[str, str], ...], memo: dict[str, str]) -> str:
@@ -102,6 +115,8 @@ def _fields_text(value: object, names: tuple[tuple[str, str], ...], memo: dict[s
             text = "null"
         elif kind is int:
             text = int.__repr__(field)
+        elif kind in _ENUMS:
+            text = _enum_text(field, memo)
         else:
             text = _text(field, memo)
         body.append(prefix + text)
