@@ -73,6 +73,7 @@ class Router:
         self.breakers = context.breakers or Breakers(context.clock)
         self.attribution = context.attribution or Attribution(context.clock)
         self._freed: asyncio.Event | None = None
+        self._freed_loop: asyncio.AbstractEventLoop | None = None
         self._waiting: dict[str, int] = {}
         self.unbound: UnboundDirectory | None = None  # set by the controller service
 
@@ -214,21 +215,26 @@ class Router:
                 left = deadline - self.ctx.monotonic()
                 if left <= 0:
                     return None
-                if self._freed is None:
-                    self._freed = asyncio.Event()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._freed.wait(), timeout=min(left, 0.5))
+                    await asyncio.wait_for(self._slot_freed().wait(), timeout=min(left, 0.5))
                 route = self._try_admit(model, tokens, session)
                 if route is not None:
                     return route
         finally:
             self._waiting[model] -= 1
 
+    def _slot_freed(self) -> asyncio.Event:
+        """The event the next released slot sets (one per event loop)."""
+        loop = asyncio.get_running_loop()
+        if self._freed is None or self._freed_loop is not loop:
+            self._freed, self._freed_loop = asyncio.Event(), loop
+        return self._freed
+
     def _release(self, route: EngineRoute) -> None:
         self.ctx.registry.request_finished(route.host_id, route.model_id, self.ctx.clock())
         if self._freed is not None:
             self._freed.set()  # wake every waiter; each re-chooses
-            self._freed = asyncio.Event()
+            self._freed = None
 
     # -- upstream ----------------------------------------------------------------------
 

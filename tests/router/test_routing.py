@@ -174,3 +174,25 @@ async def test_affinity_key_sticks_and_is_never_forwarded(engines: MakeEngine) -
             assert "x-grid-affinity-key" not in seen
             assert seen["authorization"] == f"Bearer key-{engine.name}"
     await rig.upstream.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_full_engine_queues_requests_at_the_router_with_a_bound(
+    engines: MakeEngine,
+) -> None:
+    engine = engines("one", concurrency=1, delay=0.15)
+    rig = RouterRig.build(admission_wait=5.0)
+    rig.add(engine)
+    seen: list[object] = []
+    rig.tap.add(seen.append)
+    async with rig.client() as client:
+        replies = await asyncio.gather(*(chat(client) for _ in range(4)))
+        assert [r.status_code for r in replies] == [200] * 4
+        assert engine.peak == 1  # never more than the advertised slots
+        rig.router.ctx.admission_wait_seconds = 0.05
+        engine.delay = 0.5
+        late = await asyncio.gather(chat(client), chat(client))
+        assert sorted(r.status_code for r in late) == [200, 503]
+    assert rig.tap.flush(5)
+    assert max(o.queue_depth for o in seen) >= 1  # queue pressure reaches the demand side
+    await rig.upstream.aclose()
