@@ -15,6 +15,7 @@ class) and shares equal explanations of one host between models, so a plan of
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING
 
 from gridctl.domain import CandidateExplanation, ModelExplanation, ScoreComponent
@@ -34,12 +35,12 @@ NOT_EVALUATED = "not evaluated: a better host was found first"
 
 
 class Candidates:
-    """Frozen candidate explanations, equal ones shared and score parts interned."""
+    """Frozen candidate explanations; statically explained pairs of one host share one value
+    across models, and score parts are interned."""
 
     def __init__(self) -> None:
         self._interned: dict[tuple[str, float], ScoreComponent] = {}
         self._frozen_parts: dict[Components, tuple[ScoreComponent, ...]] = {}
-        self._shared: dict[tuple[object, ...], CandidateExplanation] = {}
         # keyed by the identity of a long-lived entry; the entry is kept alive here
         self._by_identity: dict[tuple[str, int, str], tuple[Entry, CandidateExplanation]] = {}
         self._parts_by_identity: dict[int, tuple[Components, tuple[ScoreComponent, ...]]] = {}
@@ -57,29 +58,22 @@ class Candidates:
         return found
 
     def make(self, host_id: str, entry: Entry, chosen: bool, note: str) -> CandidateExplanation:
-        """The explanation of one pair; identical explanations of one host share one value."""
-        key = (host_id, entry, chosen, note)
-        found = self._shared.get(key)
-        if found is not None:
-            return found
+        """The explanation of one pair."""
         if isinstance(entry, Rejection):
-            found = CandidateExplanation(
+            return CandidateExplanation(
                 host_id=host_id,
-                rejection=entry.code.value,
+                rejection=entry.code._value_,
                 detail=f"{entry.detail} [{note}]" if note else entry.detail,
                 chosen=chosen,
             )
-        else:
-            parts, score = entry
-            found = CandidateExplanation(
-                host_id=host_id,
-                detail=note,
-                score=score if parts else None,
-                components=self.components(parts),
-                chosen=chosen,
-            )
-        self._shared[key] = found
-        return found
+        parts, score = entry
+        return CandidateExplanation(
+            host_id=host_id,
+            detail=note,
+            score=score if parts else None,
+            components=self.components(parts),
+            chosen=chosen,
+        )
 
     def static(self, host_id: str, entry: Entry, note: str) -> CandidateExplanation:
         """``make(host_id, entry, False, note)`` for an entry that lives as long as the plan."""
@@ -124,8 +118,11 @@ class StaticRows:
             return ws.static_score(model_id, host_id), NOT_EVALUATED
         return UNSCORED, NOT_SEARCHED
 
-    def row(self, model_id: str, cells: Candidates) -> Sequence[CandidateExplanation]:
-        """One candidate per host, in host order, as if nothing had been booked."""
+    def row(
+        self, model_id: str, cells: Candidates, touched: AbstractSet[str]
+    ) -> Sequence[CandidateExplanation]:
+        """One candidate per host, in host order, as if nothing had been booked; hosts in
+        ``touched`` (explained from the book) may be left with any value."""
         ws = self._ws
         static = ws.static
         if ws.profiles[model_id].pins:
@@ -152,7 +149,10 @@ class StaticRows:
         position = ws.host_position
         score = ws.static_score
         for host_id in ws.eligible[model_id]:
-            row[position[host_id]] = cells.scored(host_id, score(model_id, host_id), NOT_EVALUATED)
+            if host_id not in touched:
+                row[position[host_id]] = cells.scored(
+                    host_id, score(model_id, host_id), NOT_EVALUATED
+                )
         return row
 
 
@@ -198,11 +198,11 @@ class ExplanationBook:
         explanations: list[ModelExplanation] = []
         for model_id in sorted(targets):
             target = targets[model_id]
-            row = static.row(model_id, cells)
             entries = self._entries.get(model_id, {})
             chosen = self._chosen.get(model_id, set())
             notes = self._notes.get(model_id, {})
             touched = set(entries) | chosen | set(notes)
+            row = static.row(model_id, cells, touched)
             if touched:
                 row = list(row)
                 for host_id in touched:

@@ -24,6 +24,7 @@ from gridctl.planner.ledgers import HostLedger
 from gridctl.planner.rejections import MONOTONE_CODES, Rejection, RejectionCode
 from gridctl.planner.runtimes import residency_runtime_label
 from gridctl.planner.scoring import (
+    BEST_FIT,
     DYNAMIC_MAX,
     Components,
     dynamic_components,
@@ -56,6 +57,10 @@ class Candidate:
 
 
 DynamicFilter = Callable[[Candidate, Workspace], Rejection | None]
+
+# the most best fit can add to a static total, with a margin for the 6-decimal rounding
+# of the static total, the best-fit part and the score
+BEST_FIT_BOUND = BEST_FIT + 1e-5
 
 
 def model_slots(c: Candidate, ws: Workspace) -> Rejection | None:
@@ -251,6 +256,8 @@ def choose_host(
     """
     best: Candidate | None = None
     codes: set[RejectionCode] = set()
+    used_domains = ws.domains[model_id]
+    views = ws.views
     for host_id in hosts:
         if dead is not None and host_id in dead:
             codes.add(dead[host_id])
@@ -259,6 +266,8 @@ def choose_host(
             _, bound = ws.static_score(model_id, host_id)
             if bound + DYNAMIC_MAX < best.score:
                 break  # hosts are ranked by static score: no later host can win
+            if views[host_id].domain in used_domains and bound + BEST_FIT_BOUND < best.score:
+                continue  # without a new failure domain it cannot win
             quick = new_placement_score(ws, model_id, host_id)
             if quick is not None and (
                 quick < best.score or (quick == best.score and host_id > best.view.host_id)
