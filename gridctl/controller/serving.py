@@ -252,7 +252,7 @@ class ControllerService:
         router.unbound = UnboundDirectory(  # unbound requests follow the workload portfolio
             lambda: self.controller.last_portfolio,
             lambda: (self.controller.current_desired() or DesiredState("", False)).catalog,
-            lambda model: self.registry.routable(model, self.options.clock()),
+            lambda model: bool(self.registry.routable(model, self.options.clock())),
         )
         # proxy measurements override self-reported speed in placement snapshots
         self.registry.measured = router.attribution.host_aggregates
