@@ -162,6 +162,8 @@ def candidate_for(ws: Workspace, model_id: str, host_id: str) -> Candidate | Rej
     ledger = ws.ledgers[host_id]
     if model_id in ledger.assigned or model_id in ledger.reserved:
         return Rejection(RejectionCode.ALREADY_ASSIGNED, "a replica is already planned here")
+    if (host_id, model_id) in ws.preemptions:
+        return Rejection(RejectionCode.MODEL_RESIDENT, "its copy here is staged out")
     incumbent = ws.incumbent(model_id, host_id)
     if incumbent is not None:
         runtime = residency_runtime_label(profile, incumbent.residency, view.host)

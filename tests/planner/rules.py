@@ -252,6 +252,8 @@ def preemption_violations(
         victim = by_name.get(e.model_id)
         if victim is not None and e.host_id in victim.pins:
             out.append(f"preempting {e.model_id} on its pinned host {e.host_id}")
+        if any(a.model_id == e.model_id and a.host_id == e.host_id for a in plan.assignments):
+            out.append(f"{e.model_id} both kept and staged out on {e.host_id}")
         if e.reason.startswith("host policy tightened") or e.beneficiary == e.model_id:
             continue
         b = by_name[e.beneficiary]
@@ -265,9 +267,9 @@ def preemption_violations(
 def repack_violations(
     profiles: Sequence[ModelProfile], snapshot: FleetSnapshot, plan: Plan
 ) -> list[str]:
-    """A proactive repack moves only work of no higher priority, past its minimum residency
-    (unless already releasing), never keeps the old copy desired, and places the
-    beneficiary nowhere else for that replica's host."""
+    """A proactive repack moves only configured work of no higher priority, past its minimum
+    residency (unless already releasing), and the beneficiary is not placed on the host
+    before its release."""
     by_name = {p.name: p for p in profiles}
     hosts = {h.host_id: h for h in snapshot.hosts}
     releasing = {"draining", "unloading", "failed"}
@@ -282,8 +284,6 @@ def repack_violations(
             continue
         if victim.priority > beneficiary.priority:
             out.append(f"repack moved {e.model_id} ({victim.priority}) for {e.beneficiary}")
-        if any(a.model_id == e.model_id and a.host_id == e.host_id for a in plan.assignments):
-            out.append(f"{e.model_id} both kept and released on {e.host_id}")
         if any(a.model_id == e.beneficiary and a.host_id == e.host_id for a in plan.assignments):
             out.append(f"{e.beneficiary} placed on {e.host_id} before its release")
         for r in live_rows(hosts[e.host_id]):

@@ -824,6 +824,26 @@ SCENARIOS = [
         pol=policy(max_evictions_per_plan=2),
     ),
     s(
+        "a staged-out victim is not kept on the host it drains from",
+        [
+            with_residents(
+                mini_32g("mini-1"),
+                resident("batch", 6000),
+                resident("junk", 12000, state=ResidencyState.FAILED),
+            )
+        ],
+        [
+            baseline("batch", 6000, priority=10),
+            baseline("junk", 12000, priority=10),
+            baseline("vip", 12000, priority=90),
+        ],
+        [
+            preempts("mini-1", "batch", "vip"),
+            not_on("batch", "mini-1"),
+            unsatisfied("batch", "insufficient_capacity"),
+        ],
+    ),
+    s(
         "external and manual work is never preempted but still serves",
         [
             with_residents(mini_32g("mini-1"), external("ext", 20000)),
