@@ -13,7 +13,8 @@ The proactive repack applies when an immediately free host exists but is
 best feasible host F scores ``score_F``, an occupied eligible host O qualifies
 when releasing some of its incumbents would let the replica fit there and
 
-    net = (score_O - score_F) - delay - loss >= REPACK_MATERIAL_GAIN (25 points)
+    gain = score_O - score_F >= REPACK_MATERIAL_GAIN (25 points), and
+    net = gain - delay - loss >= REPACK_MATERIAL_GAIN
 
 * ``score_O`` is the replica's full score on O once the incumbents are gone
   (static parts, failure-domain spread, best fit in the released memory), so
@@ -41,9 +42,18 @@ reserved.
 
 The target stays sticky: while a repack is in progress (every incumbent in the
 way is already draining, unloading or failed, or already has a live
-replacement elsewhere), O keeps the beneficiary as long as the net gain stays
-above half the threshold (``REPACK_STAY_GAIN``), so a later heartbeat's small
-changes cannot redirect it to an avoidable cold or slower host.
+replacement elsewhere), O keeps the beneficiary as long as the gain and the
+net gain stay above half the threshold (``REPACK_STAY_GAIN``), so a later
+heartbeat's small changes cannot redirect it to an avoidable cold or slower
+host. Repacks in progress are looked for first.
+
+The search is bounded: only hosts the replica's own search just rejected for
+memory, slots or colocation are candidates (a host it skipped cannot gain);
+at most ``REPACK_HOSTS`` of them per pass; the gain, then a lower bound of the
+net gain, are checked before any replacement is searched; a model that found
+no replacement is not searched again until something is released; and one
+plan spends at most ``REPACK_SEARCHES_PER_PLAN`` replacement searches on
+starting new repacks (keeping those in progress is never limited).
 
 A residency of an old artifact revision does not satisfy placement. When no
 other host can take the new revision, replacing it in place is only staged if
@@ -67,6 +77,7 @@ from gridctl.planner.scoring import (
     static_components,
 )
 from gridctl.planner.selection import (
+    BEST_FIT_BOUND,
     Candidate,
     candidate_for,
     choose_host,
@@ -81,6 +92,9 @@ from gridctl.planner.workspace import Workspace
 REPACK_MATERIAL_GAIN = 25.0  # score points a free host must lose to be "materially worse"
 REPACK_STAY_GAIN = REPACK_MATERIAL_GAIN / 2  # hysteresis while a repack is in progress
 REPACK_HOSTS = 8  # occupied hosts examined per pass, best static score first
+# Replacement searches one plan may spend on starting new repacks (keeping repacks in
+# progress is never limited); further opportunities wait for a later plan.
+REPACK_SEARCHES_PER_PLAN = 64
 _RELEASING = frozenset({ResidencyState.DRAINING, ResidencyState.UNLOADING, ResidencyState.FAILED})
 _STARTUP_PARTS = frozenset({"existing_residency", "cached_weights", "cold_start"})
 _RELEASE_CODES = frozenset(
@@ -182,6 +196,8 @@ def stage_proactive_repack(
     if ws.evictions_left() <= 0:
         return False
     for in_progress in (True, False):
+        if not in_progress and ws.repack_searches >= REPACK_SEARCHES_PER_PLAN:
+            break  # this plan's budget for starting repacks is spent
         found = _find_repack(ws, model_id, free, in_progress)
         if found is not None:
             _stage(ws, model_id, free, found)
@@ -193,13 +209,26 @@ def _find_repack(
     ws: Workspace, model_id: str, free: Candidate, in_progress: bool
 ) -> _Repack | None:
     threshold = REPACK_STAY_GAIN if in_progress else REPACK_MATERIAL_GAIN
+    # Only hosts the search just rejected for memory, slots or colocation can be
+    # released for the replica: a host it skipped could not beat the free host even
+    # with its memory as it is, and releasing memory only lowers best fit.
+    rejected = ws.dead.get(model_id, {})
     examined = 0
     for host_id in ws.ordered_hosts(model_id):
         _, bound = ws.static_score(model_id, host_id)
         if bound + DYNAMIC_MAX < free.score + threshold:
             break  # ranked by static score: no later host can gain enough
-        if host_id == free.view.host_id:
+        if rejected.get(host_id) not in _RELEASE_CODES:
             continue
+        view = ws.views[host_id]
+        if view.domain in ws.domains[model_id] and bound + BEST_FIT_BOUND < free.score + threshold:
+            continue  # without a new failure domain it cannot gain enough
+        pool = [row for row in view.live if _movable(ws, row, model_id, host_id, in_progress)]
+        if not pool:
+            continue
+        examined += 1
+        if examined > REPACK_HOSTS:
+            break
         shaped = candidate_for(ws, model_id, host_id)
         if isinstance(shaped, Rejection) or shaped.incumbent is not None:
             continue
@@ -209,12 +238,6 @@ def _find_repack(
             continue  # it fits now (and scores lower), or releasing memory would not help
         if failure_domain(shaped, ws) is not None or disk_admission(shaped, ws) is not None:
             continue
-        pool = [row for row in shaped.view.live if _movable(ws, row, model_id, host_id)]
-        if not pool:
-            continue
-        examined += 1
-        if examined > REPACK_HOSTS:
-            break
         pool.sort(key=lambda row: _move_order(ws, row))
         found = _attempt(ws, model_id, shaped, pool, free, threshold, in_progress)
         if found is not None:
@@ -222,9 +245,12 @@ def _find_repack(
     return None
 
 
-def _movable(ws: Workspace, row: LiveResidency, model_id: str, host_id: str) -> bool:
-    """Managed, unpinned, configured work of no higher priority, past its minimum residency."""
-    return (
+def _movable(
+    ws: Workspace, row: LiveResidency, model_id: str, host_id: str, in_progress: bool
+) -> bool:
+    """Managed, unpinned, configured work of no higher priority, past its minimum residency;
+    while looking for repacks in progress, only work already releasing or already replaced."""
+    movable = (
         row.removable
         and row.configured
         and row.model_id != model_id
@@ -233,6 +259,11 @@ def _movable(ws: Workspace, row: LiveResidency, model_id: str, host_id: str) -> 
         and host_id not in ws.profiles[row.model_id].pins
         and not protected(ws, row)
     )
+    if not movable or not in_progress or row.residency.state in _RELEASING:
+        return movable
+    # a copy still desired here counts only if a live copy elsewhere can replace it
+    desired = host_id in ws.assignments[row.model_id]
+    return desired and _live_elsewhere(ws, row.model_id, host_id)
 
 
 def _move_order(ws: Workspace, row: LiveResidency) -> tuple[int, int, int, float, str]:
@@ -256,49 +287,70 @@ def _attempt(
     threshold: float,
     in_progress: bool,
 ) -> _Repack | None:
-    """Release incumbents on one host until the replica fits; keep it if the net gain holds."""
+    """Release incumbents on one host until the replica fits; keep it if the gain holds.
+
+    The gain is checked before any replacement is searched; every incumbent still
+    desired here then needs a replacement host, or the host is given up.
+    """
     host_id = shaped.view.host_id
     ledger = shaped.ledger
     gone: list[LiveResidency] = []
+    for row in pool:
+        if len(gone) >= ws.evictions_left():
+            return None
+        gone.append(row)
+        if _fits_without(ws, shaped, gone):
+            break
+    else:
+        return None
+    freed = sum(row.memory_mb for row in gone)
+    released = score_with_dynamic(
+        ws.static_sum(model_id, host_id),
+        shaped.view.domain not in ws.domains[model_id],
+        ledger.incremental_free_mb + freed - shaped.memory_mb,
+        shaped.view.new_capacity_mb,
+    )
+    gain = released - free.score
+    if gain < threshold:
+        return None
+    # what the movers lose is at least their quality here minus their best anywhere
+    movers = {row.model_id: row for row in gone if row.model_id in ledger.assigned}
+    least_loss = sum(
+        _steady(_as_new_parts(ws, mover, host_id)) - _best_steady(ws, mover) for mover in movers
+    )
+    if gain - least_loss < threshold:
+        return None
     moved: dict[str, Assignment] = {}
     delay = 0.0
     loss = 0.0
-    fits = False
-    for row in pool:
-        if len(gone) >= ws.evictions_left():
-            break
-        if row.model_id in ledger.assigned and row.model_id not in moved:
-            # still desired here: it moves first (make-before-break)
+    for row in movers.values():
+        # still desired here: it moves first (make-before-break)
+        choice = None
+        spent = not in_progress and ws.repack_searches >= REPACK_SEARCHES_PER_PLAN
+        if not spent and ws.no_replacement.get(row.model_id) != ws.releases:
+            if not in_progress:
+                ws.repack_searches += 1
             others = [h for h in ws.ordered_hosts(row.model_id) if h != host_id]
-            choice = choose_host(ws, row.model_id, others, relax_domains=True)
-            if choice.winner is None or (in_progress and choice.winner.incumbent is None):
-                continue
-            kept = ws.assignments[row.model_id][host_id]
-            moved[row.model_id] = commit(
-                ws, choice.winner, kept.demand_class, f"moved off {host_id} for {model_id}"
-            )
-            delay = max(delay, _startup_seconds(ws, choice.winner))
-            replacement_parts, _ = ws.static_score(row.model_id, choice.winner.view.host_id)
-            loss += _steady(_as_new_parts(ws, row.model_id, host_id)) - _steady(replacement_parts)
-        elif in_progress and row.residency.state not in _RELEASING:
-            continue  # a desired copy nothing has started to replace
-        gone.append(row)
-        if _fits_without(ws, shaped, gone):
-            fits = True
-            break
-    net = 0.0
-    if fits:
-        freed = sum(row.memory_mb for row in gone)
-        released = score_with_dynamic(
-            ws.static_sum(model_id, host_id),
-            shaped.view.domain not in ws.domains[model_id],
-            ledger.incremental_free_mb + freed - shaped.memory_mb,
-            shaped.view.new_capacity_mb,
+            dead = ws.dead.setdefault(row.model_id, {})
+            choice = choose_host(ws, row.model_id, others, relax_domains=True, dead=dead).winner
+            if choice is None:
+                # nothing was released since: a later search would find none either
+                ws.no_replacement[row.model_id] = ws.releases
+        if choice is None:
+            for assignment in moved.values():
+                uncommit(ws, assignment.model_id, assignment.host_id)
+            return None
+        kept = ws.assignments[row.model_id][host_id]
+        moved[row.model_id] = commit(
+            ws, choice, kept.demand_class, f"moved off {host_id} for {model_id}"
         )
-        own = _new_startup_seconds(ws, model_id, host_id)
-        penalty = cold_start_points(own + delay) - cold_start_points(own)
-        net = released - free.score - penalty - loss
-    if not fits or net < threshold:
+        delay = max(delay, _startup_seconds(ws, choice))
+        replacement_parts, _ = ws.static_score(row.model_id, choice.view.host_id)
+        loss += _steady(_as_new_parts(ws, row.model_id, host_id)) - _steady(replacement_parts)
+    own = _new_startup_seconds(ws, model_id, host_id)
+    penalty = cold_start_points(own + delay) - cold_start_points(own)
+    net = gain - penalty - loss
+    if net < threshold:
         for assignment in moved.values():
             uncommit(ws, assignment.model_id, assignment.host_id)
         return None
@@ -330,6 +382,12 @@ def _stage(ws: Workspace, model_id: str, free: Candidate, found: _Repack) -> Non
         f"proactive repack of {host_id} staged ({gain}): {names} released first",
         host_id=host_id,
     )
+
+
+def _live_elsewhere(ws: Workspace, model_id: str, host_id: str) -> bool:
+    """A live copy of the model on another host that this plan does not keep yet."""
+    kept = ws.assignments[model_id]
+    return any(h != host_id and h not in kept for h in ws.incumbents[model_id])
 
 
 def _startup_seconds(ws: Workspace, candidate: Candidate) -> float:
@@ -364,6 +422,16 @@ def _as_new_parts(ws: Workspace, model_id: str, host_id: str) -> Components:
         need,
         ws.policy,
     )
+
+
+def _best_steady(ws: Workspace, model_id: str) -> float:
+    """The best steady-state quality the model has on any eligible host (memoised)."""
+    found = ws.best_steady.get(model_id)
+    if found is None:
+        hosts = ws.ordered_hosts(model_id)
+        found = max((_steady(ws.static_score(model_id, h)[0]) for h in hosts), default=0.0)
+        ws.best_steady[model_id] = found
+    return found
 
 
 def _steady(parts: Components) -> float:

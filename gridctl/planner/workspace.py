@@ -110,6 +110,11 @@ class Workspace:
         self.assignments: dict[str, dict[str, Assignment]] = {m: {} for m in self.model_ids}
         self.domains: dict[str, dict[str, int]] = {m: {} for m in self.model_ids}
         self.preemptions: dict[tuple[str, str], Preemption] = {}
+        self.releases = 0  # assignments removed so far in this plan
+        # model -> ``releases`` when a search for a replacement host last found none
+        self.no_replacement: dict[str, int] = {}
+        self.best_steady: dict[str, float] = {}  # model -> its best steady-state static quality
+        self.repack_searches = 0  # replacement searches spent on starting proactive repacks
         self.shortfalls: dict[tuple[str, UnsatisfiedCode], Shortfall] = {}
         self._static: dict[str, dict[str, StaticScore]] = {m: {} for m in self.model_ids}
         self._static_by_shape: dict[tuple[object, ...], StaticScore] = {}
@@ -240,6 +245,7 @@ class Workspace:
         self.explain.choose(assignment.model_id, assignment.host_id)
 
     def remove_assignment(self, model_id: str, host_id: str) -> Assignment:
+        self.releases += 1  # capacity may have come free: searches that failed may not now
         assignment = self.assignments[model_id].pop(host_id)
         domain = self.views[host_id].domain
         used = self.domains[model_id]
