@@ -118,6 +118,7 @@ class Workspace:
         self.shortfalls: dict[tuple[str, UnsatisfiedCode], Shortfall] = {}
         self._static: dict[str, dict[str, StaticScore]] = {m: {} for m in self.model_ids}
         self._static_by_shape: dict[tuple[object, ...], StaticScore] = {}
+        self._score_signature: dict[str, tuple[float, float, float]] = {}
         self._new_runtime: dict[tuple[str, int], tuple[str, int] | None] = {}
         self._ordered: dict[str, tuple[str, ...]] = {}
 
@@ -169,11 +170,19 @@ class Workspace:
         need = 0.0
         if self.scarcity is not None:
             need = self.scarcity.need(host_id, len(self.eligible[model_id]))
+        # what static scoring reads of the profile: models alike in it share scores
+        signature = self._score_signature.get(model_id)
+        if signature is None:
+            signature = self._score_signature[model_id] = (
+                self.targets[model_id].performance_factor,
+                profile.warm_seconds,
+                profile.load_seconds,
+            )
         incumbent: LiveResidency | None = None
         if host_id in self._special[model_id]:
             incumbent = self.incumbent(model_id, host_id)
             shape: tuple[object, ...] = (
-                model_id,
+                signature,
                 self._score_id[host_id],
                 None if incumbent is None else incumbent.residency.state,
                 view.has_exact_artifact(profile),
@@ -181,7 +190,7 @@ class Workspace:
                 need,
             )
         else:
-            shape = (model_id, self._score_id[host_id], None, False, 0, need)
+            shape = (signature, self._score_id[host_id], None, False, 0, need)
         found = self._static_by_shape.get(shape)
         if found is None:
             parts = static_components(
