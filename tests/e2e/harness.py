@@ -234,6 +234,7 @@ class Fleet:
                 self.process.wait(timeout=90)
             except subprocess.TimeoutExpired:
                 self.process.kill()
+        self.engine_children()
         for pid, born in list(self.children_seen):
             try:
                 proc = psutil.Process(pid)
@@ -241,6 +242,25 @@ class Fleet:
                     proc.kill()
             except psutil.Error:
                 pass
+        self._kill_stragglers()
+
+    def _kill_stragglers(self) -> None:
+        """Any process still naming this fleet's state directory (a controller or node a
+        failed test left behind) is stopped, so no test leaks processes into the next."""
+        mine = str(self.state_dir)
+        stragglers = []
+        for proc in psutil.process_iter(["cmdline"]):
+            if proc.pid == os.getpid():
+                continue
+            if any(mine in part for part in (proc.info.get("cmdline") or [])):
+                stragglers.append(proc)
+        for proc in stragglers:
+            with contextlib.suppress(psutil.Error):
+                proc.terminate()
+        _gone, alive = psutil.wait_procs(stragglers, timeout=30)
+        for proc in alive:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
 
 
 def make_fleet(tmp_path: Path, mode: str = "automatic") -> Fleet:
