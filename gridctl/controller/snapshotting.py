@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gridctl.controller.control import Controller
-from gridctl.domain import HostSnapshot
+from gridctl.domain import HostSnapshot, ModelDemand
 
 
 def _host(h: HostSnapshot) -> dict[str, Any]:
@@ -65,6 +65,23 @@ def _host(h: HostSnapshot) -> dict[str, Any]:
     }
 
 
+def demand_json(d: ModelDemand) -> dict[str, Any]:
+    """One model's forecast as the snapshot and status documents carry it."""
+    return {
+        "model_id": d.model_id,
+        "requests_per_minute": d.requests_per_minute,
+        "offered_concurrency": d.offered_concurrency,
+        "queue_depth": d.queue_depth,
+        "p95_latency_ms": d.p95_latency_ms,
+        "error_rate": d.error_rate,
+        "trend_per_minute": d.trend_per_minute,
+        "confidence": d.confidence,
+        "sample_count": d.sample_count,
+        "correlated_requests_per_minute": d.correlated_requests_per_minute,
+        "observed_peak_requests_per_minute": d.observed_peak_requests_per_minute,
+    }
+
+
 def snapshot_document(ctl: Controller) -> dict[str, Any]:
     """The observation the controller would plan against right now."""
     now = ctl.clock()
@@ -73,20 +90,5 @@ def snapshot_document(ctl: Controller) -> dict[str, Any]:
         "schema_version": 1,
         "now": now,
         "hosts": [_host(h) for h in snap.hosts],
-        "demand": [
-            {
-                "model_id": d.model_id,
-                "requests_per_minute": d.requests_per_minute,
-                "offered_concurrency": d.offered_concurrency,
-                "queue_depth": d.queue_depth,
-                "p95_latency_ms": d.p95_latency_ms,
-                "error_rate": d.error_rate,
-                "trend_per_minute": d.trend_per_minute,
-                "confidence": d.confidence,
-                "sample_count": d.sample_count,
-                "correlated_requests_per_minute": d.correlated_requests_per_minute,
-                "observed_peak_requests_per_minute": d.observed_peak_requests_per_minute,
-            }
-            for d in snap.demand
-        ],
+        "demand": [demand_json(d) for d in snap.demand],
     }

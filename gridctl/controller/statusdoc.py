@@ -10,6 +10,7 @@ from typing import Any
 
 from gridctl import __version__
 from gridctl.controller.control import Controller
+from gridctl.controller.snapshotting import demand_json
 from gridctl.domain import HostState, Mode, Plan, ResidencyState
 from gridctl.planner.canonical import plan_to_json
 from gridctl.planner.portfolio import admission_row_json, portfolio_to_json
@@ -253,19 +254,7 @@ def build_status(ctl: Controller) -> dict[str, Any]:
         "models": models,
         "tombstones": tombstones,
         "forecasts": [
-            {
-                "model_id": d.model_id,
-                "requests_per_minute": d.requests_per_minute,
-                "offered_concurrency": d.offered_concurrency,
-                "queue_depth": d.queue_depth,
-                "p95_latency_ms": d.p95_latency_ms,
-                "error_rate": d.error_rate,
-                "trend_per_minute": d.trend_per_minute,
-                "confidence": d.confidence,
-                "sample_count": d.sample_count,
-                "correlated_requests_per_minute": d.correlated_requests_per_minute,
-            }
-            for d in (ctl.last_snapshot.demand if ctl.last_snapshot else ())
+            demand_json(d) for d in (ctl.last_snapshot.demand if ctl.last_snapshot else ())
         ],
         "plan": plan_json,
         "reconciliation": None
