@@ -2,10 +2,12 @@
 
 Rows read the authoritative plan and the observed residencies; they never
 run a second solver. States, in the order they are decided: awaiting-plan
-(below the evidence gate), infeasible (no configured model can ever serve it
-here), deferred (intentionally left out under current capacity), then for the
-chosen model: ready / undersupplied, starting, planned, blocked-by-residency
-and capacity-contended.
+(below the evidence gate); with no usable candidate, blocked-by-residency (a
+non-serving or stale copy occupies the host), capacity-contended or
+infeasible (no configured model can ever serve it here); deferred
+(intentionally left out under current capacity); then for the chosen model:
+ready / undersupplied, starting, planned, blocked-by-residency and
+capacity-contended.
 """
 
 from __future__ import annotations
@@ -59,6 +61,16 @@ def admission_rows(
             if hostable:
                 best = min(hostable, key=lambda c: (-c.exploitation_utility, c.model_id))
                 row.eligible, row.startup = best.eligible_hosts, best.startup_seconds
+                if best.rejection is not None and _residency_blocked(best.rejection):
+                    rows.append(
+                        row.done(
+                            AdmissionState.BLOCKED_BY_RESIDENCY,
+                            best.model_id,
+                            f"{best.model_id}: {best.rejection}; a non-serving copy or an old "
+                            "artifact revision still occupies its host",
+                        )
+                    )
+                    continue
                 rows.append(
                     row.done(
                         AdmissionState.CAPACITY_CONTENDED,
@@ -107,6 +119,10 @@ class _Row:
         )
 
 
+def _residency_blocked(rejection: str) -> bool:
+    return any(code in rejection for code in _RESIDENCY_BLOCKS)
+
+
 def _infeasible(options: Sequence[CandidateRow], demand: WorkloadDemand) -> str:
     if not options:
         return f"no configured model scores workload {demand.workload}"
@@ -138,7 +154,8 @@ def _chosen(
             return row.done(
                 AdmissionState.UNDERSUPPLIED,
                 model_id,
-                f"{row.ready} of {row.desired} replicas ready",
+                f"{model_id}: {row.ready} of {row.desired} replicas ready, "
+                f"{row.planned} planned, {starting} starting",
             )
         return row.done(AdmissionState.READY, model_id, f"{model_id} ready{canary}")
     if starting:
@@ -156,7 +173,7 @@ def _chosen(
         return row.done(AdmissionState.PLANNED, model_id, f"preemption staged: {victims}")
     unsatisfied = [u for u in plan.unsatisfied if u.model_id == model_id]
     rejection = candidate.rejection if candidate is not None else None
-    if rejection and any(code in rejection for code in _RESIDENCY_BLOCKS):
+    if rejection is not None and _residency_blocked(rejection):
         return row.done(AdmissionState.BLOCKED_BY_RESIDENCY, model_id, rejection)
     message = unsatisfied[0].message if unsatisfied else (rejection or "no free capacity")
     return row.done(AdmissionState.CAPACITY_CONTENDED, model_id, message)

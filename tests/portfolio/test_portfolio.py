@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from gridctl.demand import OutcomeScore
-from gridctl.domain import ModelDemand, ResidencyState
+from gridctl.domain import ModelDemand, ModelProfile, ResidencyState
 from gridctl.planner.portfolio import plan_portfolio
 from gridctl.planner.portfolio_types import AdmissionState
 from tests.portfolio.builders import (
@@ -181,3 +183,47 @@ def test_search_is_bounded() -> None:
     for w in names:
         per_workload[w] = sum(1 for c in result.candidates if c.workload == w)
     assert len(result.selected) <= 2
+
+
+def test_undersupplied_when_fewer_replicas_are_ready_than_desired() -> None:
+    profiles = (
+        ModelProfile(
+            name="coder-7b", memory_mb=8192, workload_scores={"coding": 1.0}, max_replicas=3
+        ),
+    )
+    hosts = (box("b1", residencies=(resident("coder-7b"),)), box("b2"), box("b3"))
+    result = plan_portfolio(
+        inputs(profiles, hosts, (workload("coding", requests=600, concurrency=3.0),))
+    )
+    row = result.admission[0]
+    assert row.state is AdmissionState.UNDERSUPPLIED
+    assert (row.model_id, row.ready, row.desired, row.planned, row.missing) == (
+        "coder-7b",
+        1,
+        3,
+        3,
+        0,
+    )
+    assert row.reason == "coder-7b: 1 of 3 replicas ready, 3 planned, 0 starting"
+    # one replica wanted, one ready: ready, not undersupplied
+    single = plan_portfolio(inputs(profiles, hosts, (workload("coding"),)))
+    assert states(single) == {"coding": "ready"}
+
+
+@pytest.mark.parametrize(
+    "lifecycle", [ResidencyState.DRAINING, ResidencyState.UNLOADING, ResidencyState.FAILED]
+)
+def test_blocked_by_residency_when_a_non_serving_copy_holds_the_host(
+    lifecycle: ResidencyState,
+) -> None:
+    profiles = (model("coder-7b", {"coding": 1.0}),)
+    hosts = (box("b1", slots=2, residencies=(resident("coder-7b", lifecycle),)),)
+    result = plan_portfolio(inputs(profiles, hosts, (workload("coding"),)))
+    row = result.admission[0]
+    assert row.state is AdmissionState.BLOCKED_BY_RESIDENCY
+    assert row.model_id == "coder-7b" and row.eligible_hosts == 1
+    assert row.reason.startswith("coder-7b: no capacity (model_resident)")
+    assert result.plan.assignments == () and result.plan.preemptions == ()
+    # the same host without that copy has room: the workload is planned there
+    free = plan_portfolio(inputs(profiles, (box("b1", slots=2),), (workload("coding"),)))
+    assert states(free) == {"coding": "planned"}
