@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gridctl.controller.authority import AuthorityLease
-from gridctl.controller.demandbook import DemandBook, portfolio_inputs
+from gridctl.controller.demandbook import DemandBook, portfolio_inputs, with_correlation
 from gridctl.controller.desired import DesiredProvider
 from gridctl.controller.registry import Registry
 from gridctl.controller.store import ControllerStore
@@ -119,6 +119,7 @@ class Controller:
         self.revisions = {"dirty": 0, "processed": 0, "success": 0, "safety": 0}
         self.last_plan: Plan | None = None
         self.last_portfolio: PortfolioResult | None = None
+        self.last_correlation_sources: dict[str, tuple[str, ...]] = {}
         self.last_result: ReconcileResult | None = None
         self.last_snapshot: FleetSnapshot | None = None
         self.last_generation: PlanGeneration | None = None
@@ -352,10 +353,13 @@ class Controller:
         history = self.store.history(limit=MAX_HISTORY)
         self.demand.configure(profiles)
         self.demand.configure_learning(desired.policy, desired.catalog, desired.profiles)
-        snapshot = self.registry.snapshot(now, self.demand.forecast(now, desired.policy))
-        # workload portfolio: learners copied under their lock, then planned on that copy;
+        # learners copied under their lock, then planned on that copy: direct demand from
+        # the book, correlated (inferred-only) demand and workload demand from the picture
+        picture = self.demand.picture(now)
+        forecast = with_correlation(self.demand.forecast(now, desired.policy), picture, profiles)
+        snapshot = self.registry.snapshot(now, forecast)
         # with no active unbound workload this is exactly plan_placement(snapshot)
-        portfolio = plan_portfolio(portfolio_inputs(desired, snapshot, self.demand.picture(now)))
+        portfolio = plan_portfolio(portfolio_inputs(desired, snapshot, picture))
         plan, snapshot = portfolio.plan, replace(snapshot, demand=portfolio.demand)
         result = reconcile(
             plan,
@@ -403,6 +407,7 @@ class Controller:
             self.last_generation = generation
             self.last_plan, self.last_result, self.last_snapshot = plan, result, snapshot
             self.last_portfolio = portfolio
+            self.last_correlation_sources = dict(picture.correlation_sources)
 
     def wait_for_tick(self, revision: int, timeout: float) -> bool:
         """Block until a tick has processed ``revision`` (or ``timeout`` passes)."""

@@ -8,6 +8,8 @@ the demand forecaster. Every observation also feeds the workload learners
 affinity sequences, outcome evidence); ``picture`` copies their bounded state
 under the telemetry lock, and portfolio planning runs on that immutable
 picture after the lock is released, so request completion never waits on it.
+``with_correlation`` merges the picture's correlated (inferred-only) demand
+into the book's direct forecasts for the live plan.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Iterable
+from dataclasses import replace
 
 from gridctl.demand import DemandLearner, DemandPicture, features_of
 from gridctl.domain import (
@@ -170,6 +173,40 @@ def _forecast_one(
         sample_count=len(recent),
         observed_peak_requests_per_minute=len(recent) / minutes,
     )
+
+
+def with_correlation(
+    direct: Iterable[ModelDemand], picture: DemandPicture, configured: Iterable[str]
+) -> tuple[ModelDemand, ...]:
+    """Direct forecasts with the learners' correlated demand merged in.
+
+    Direct evidence (rate, queue, latency, errors) comes only from ``direct``;
+    the learner contributes ``correlated_requests_per_minute`` and the observed
+    peak that caps it. A model with correlation but no direct forecast gets a
+    correlation-only row (no direct field set), which the planner ranks as
+    inferred demand: it fills spare capacity and never preempts.
+    """
+    allowed = frozenset(configured)
+    merged = {d.model_id: d for d in direct}
+    for learned in picture.models:
+        rate = learned.correlated_requests_per_minute
+        if rate <= 0 or learned.model_id not in allowed:
+            continue
+        peak = learned.observed_peak_requests_per_minute
+        old = merged.get(learned.model_id)
+        if old is None:
+            merged[learned.model_id] = ModelDemand(
+                learned.model_id,
+                correlated_requests_per_minute=rate,
+                observed_peak_requests_per_minute=peak,
+            )
+        else:
+            merged[learned.model_id] = replace(
+                old,
+                correlated_requests_per_minute=max(old.correlated_requests_per_minute, rate),
+                observed_peak_requests_per_minute=max(old.observed_peak_requests_per_minute, peak),
+            )
+    return tuple(merged[m] for m in sorted(merged))
 
 
 def portfolio_inputs(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gridctl.controller.control import Controller
+from gridctl.controller.demandbook import with_correlation
 from gridctl.domain import HostSnapshot, ModelDemand
 
 
@@ -85,7 +86,12 @@ def demand_json(d: ModelDemand) -> dict[str, Any]:
 def snapshot_document(ctl: Controller) -> dict[str, Any]:
     """The observation the controller would plan against right now."""
     now = ctl.clock()
-    snap = ctl.registry.snapshot(now, ctl.demand.forecast(now, ctl.policy()))
+    desired = ctl.current_desired()
+    configured = [p.name for p in desired.profiles] if desired else []
+    demand = with_correlation(
+        ctl.demand.forecast(now, ctl.policy()), ctl.demand.picture(now), configured
+    )
+    snap = ctl.registry.snapshot(now, demand)
     return {
         "schema_version": 1,
         "now": now,

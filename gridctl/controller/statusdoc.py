@@ -174,6 +174,7 @@ def build_status(ctl: Controller) -> dict[str, Any]:
     memory = ctl.store.memory()
     plan = ctl.last_plan
     portfolio = ctl.last_portfolio
+    sources = ctl.last_correlation_sources
     result = ctl.last_result
     with ctl._lock:
         pending = sorted(ctl.store.pending(), key=lambda p: (p.queued, p.action_id))
@@ -254,7 +255,8 @@ def build_status(ctl: Controller) -> dict[str, Any]:
         "models": models,
         "tombstones": tombstones,
         "forecasts": [
-            demand_json(d) for d in (ctl.last_snapshot.demand if ctl.last_snapshot else ())
+            {**demand_json(d), "sources": list(sources.get(d.model_id, ()))}
+            for d in (ctl.last_snapshot.demand if ctl.last_snapshot else ())
         ],
         "plan": plan_json,
         "reconciliation": None

@@ -178,3 +178,97 @@ async def test_evaluations_are_operator_only_and_fenced_by_artifact(service: Any
     (score,) = picture.outcomes
     assert (score.model_id, score.workload, score.evaluations) == ("gemma-coder", "coding", 1.0)
     assert picture.workloads == () and picture.models == ()  # quality is never demand
+
+
+def named(model: str, t: float) -> RequestObservation:
+    return RequestObservation(
+        t=t,
+        endpoint="chat",
+        model=model,
+        served_model=model,
+        host_id="local-1",
+        outcome="ok",
+        status=200,
+        service_seconds=0.5,
+    )
+
+
+def co_active_history(svc: Any, clock: Any) -> None:
+    """coder and general together in three old buckets, then coder alone in the last one.
+
+    general's own requests are older than the book's five-bucket rate window, so its
+    only live demand is the learner's correlated demand from coder.
+    """
+    base = (clock.now // 60) * 60
+    for bucket in (0, 1, 2):
+        for i in range(3):
+            svc.controller.demand.observe(named("gemma-coder", base + bucket * 60 + 1 + i))
+            svc.controller.demand.observe(named("gemma-general", base + bucket * 60 + 2 + i))
+    for i in range(3):
+        svc.controller.demand.observe(named("gemma-coder", base + 9 * 60 + 1 + i))
+    clock.now = base + 10 * 60 + 30
+
+
+@pytest.mark.anyio
+async def test_correlated_demand_reaches_the_live_plan_as_inferred_only(service: Any) -> None:
+    svc, app, clock = service
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://ctl"
+    ) as client:
+        node = SimNode.for_controller(
+            svc.options.state_dir,
+            "local-1",
+            client,
+            clock,
+            cached={"gemma-coder": GEMMA_SHA, "gemma-general": GEMMA_SHA},
+        )
+        assert (await node.register()).status_code == 200
+        await converge(svc, [node], rounds=2)  # configures the book and the learners
+        co_active_history(svc, clock)
+        svc.controller.mark_dirty()
+        await converge(svc, [node], rounds=8)
+        status = (await client.get("/allocator/status")).json()
+        assert list(validator("wire/status.schema.json").iter_errors(status)) == []
+        forecasts = {d["model_id"]: d for d in status["forecasts"]}
+        general = forecasts["gemma-general"]
+        # direct evidence stays separate: none of general's fields but the correlated one
+        assert general["requests_per_minute"] == 0 and general["sample_count"] == 0
+        assert general["queue_depth"] == 0 and general["error_rate"] == 0
+        assert general["correlated_requests_per_minute"] > 0
+        assert general["sources"] == ["gemma-coder"]
+        assert forecasts["gemma-coder"]["requests_per_minute"] > 0
+        assert forecasts["gemma-coder"]["sources"] == []
+        assert status["plan"]["targets"]["gemma-general"] == 1
+        warmed = [c["model_id"] for c in node.executed if c["kind"] == "warm"]
+        assert sorted(warmed) == ["gemma-coder", "gemma-general"]
+
+
+@pytest.mark.anyio
+async def test_correlated_demand_never_displaces_a_directly_demanded_model(
+    service: Any,
+) -> None:
+    svc, app, clock = service
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://ctl"
+    ) as client:
+        node = SimNode.for_controller(
+            svc.options.state_dir,
+            "local-1",
+            client,
+            clock,
+            capacity_mb=1000,  # room for one of the two models only
+            cached={"gemma-coder": GEMMA_SHA, "gemma-general": GEMMA_SHA},
+        )
+        assert (await node.register()).status_code == 200
+        await converge(svc, [node], rounds=2)
+        co_active_history(svc, clock)
+        svc.controller.mark_dirty()
+        await converge(svc, [node], rounds=8)
+        status = (await client.get("/allocator/status")).json()
+        forecasts = {d["model_id"]: d for d in status["forecasts"]}
+        assert forecasts["gemma-general"]["correlated_requests_per_minute"] > 0
+        assert status["plan"]["preemptions"] == []
+        kinds = [(c["kind"], c["model_id"]) for c in node.executed]
+        assert ("warm", "gemma-coder") in kinds
+        assert all(m != "gemma-general" for _, m in kinds)
+        assert all(k not in ("drain", "unload") for k, _ in kinds)
