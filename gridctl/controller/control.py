@@ -28,6 +28,7 @@ from gridctl.domain import (
     ControllerPolicy,
     DesiredState,
     FleetSnapshot,
+    HostSnapshot,
     Mode,
     ModelProfile,
     Plan,
@@ -80,6 +81,22 @@ class TickRecord:
     error: str | None = None
 
 
+PortfolioKey = tuple[float, tuple[HostSnapshot, ...], tuple[ModelProfile, ...], int]
+
+
+@dataclass(frozen=True)
+class PortfolioBundle:
+    """One portfolio solve and the inputs it read: timestamp, node snapshots, model
+    profiles and the telemetry revision (every request and evaluation advances it)."""
+
+    key: PortfolioKey
+    portfolio: PortfolioResult
+
+    @property
+    def telemetry_revision(self) -> int:
+        return self.key[3]
+
+
 class Controller:
     """One controller process's brain; thread-safe. HTTP lives in ``app.py``.
 
@@ -120,6 +137,7 @@ class Controller:
         self.last_plan: Plan | None = None
         self.last_portfolio: PortfolioResult | None = None
         self.last_correlation_sources: dict[str, tuple[str, ...]] = {}
+        self._portfolio_bundle: PortfolioBundle | None = None
         self.last_result: ReconcileResult | None = None
         self.last_snapshot: FleetSnapshot | None = None
         self.last_generation: PlanGeneration | None = None
@@ -408,6 +426,35 @@ class Controller:
             self.last_plan, self.last_result, self.last_snapshot = plan, result, snapshot
             self.last_portfolio = portfolio
             self.last_correlation_sources = dict(picture.correlation_sources)
+            self._portfolio_bundle = PortfolioBundle(
+                (now, snapshot.hosts, tuple(desired.profiles), picture.revision), portfolio
+            )
+
+    def status_portfolio(self) -> tuple[PortfolioBundle | None, bool]:
+        """The portfolio bundle a read-only status query shows, and whether it was reused.
+
+        The last bundle is reused only when timestamp, node snapshots, model profiles
+        and the telemetry revision are all identical; otherwise the portfolio is solved
+        afresh on the current inputs (read-only: the plan and commands stay the tick's).
+        """
+        desired = self.current_desired()
+        if desired is None:
+            return None, False
+        now = self.clock()
+        picture = self.demand.picture(now)
+        hosts = self.registry.snapshot(now).hosts
+        key: PortfolioKey = (now, hosts, tuple(desired.profiles), picture.revision)
+        with self._lock:
+            bundle = self._portfolio_bundle
+        if bundle is not None and bundle.key == key:
+            return bundle, True
+        configured = [p.name for p in desired.profiles]
+        forecast = with_correlation(self.demand.forecast(now, desired.policy), picture, configured)
+        snapshot = FleetSnapshot(now=now, hosts=hosts, demand=forecast)
+        bundle = PortfolioBundle(key, plan_portfolio(portfolio_inputs(desired, snapshot, picture)))
+        with self._lock:
+            self._portfolio_bundle = bundle
+        return bundle, False
 
     def wait_for_tick(self, revision: int, timeout: float) -> bool:
         """Block until a tick has processed ``revision`` (or ``timeout`` passes)."""

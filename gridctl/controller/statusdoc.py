@@ -173,7 +173,8 @@ def build_status(ctl: Controller) -> dict[str, Any]:
     override = ctl.override()
     memory = ctl.store.memory()
     plan = ctl.last_plan
-    portfolio = ctl.last_portfolio
+    bundle, reused = ctl.status_portfolio()
+    portfolio = bundle.portfolio if bundle is not None else ctl.last_portfolio
     sources = ctl.last_correlation_sources
     result = ctl.last_result
     with ctl._lock:
@@ -299,4 +300,8 @@ def build_status(ctl: Controller) -> dict[str, Any]:
         "history": history,
         "admission": [admission_row_json(r) for r in portfolio.admission] if portfolio else [],
         "portfolio": portfolio_status(portfolio),
+        "portfolio_bundle": {
+            "reused": reused,
+            "telemetry_revision": bundle.telemetry_revision if bundle is not None else None,
+        },
     }

@@ -272,3 +272,55 @@ async def test_correlated_demand_never_displaces_a_directly_demanded_model(
         assert ("warm", "gemma-coder") in kinds
         assert all(m != "gemma-general" for _, m in kinds)
         assert all(k not in ("drain", "unload") for k, _ in kinds)
+
+
+@pytest.mark.anyio
+async def test_repeated_status_reuses_the_portfolio_only_for_identical_inputs(
+    service: Any,
+) -> None:
+    svc, app, clock = service
+    admin = {"X-Grid-Allocator-Token": svc.operator_token}
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://ctl"
+    ) as client:
+        node = SimNode.for_controller(
+            svc.options.state_dir, "local-1", client, clock, cached={"gemma-coder": GEMMA_SHA}
+        )
+        assert (await node.register()).status_code == 200
+        await converge(svc, [node], rounds=2)
+        svc.stop_ticking()  # only status queries solve from here on
+
+        async def bundle() -> tuple[bool, int, list[Any]]:
+            status = (await client.get("/allocator/status")).json()
+            assert list(validator("wire/status.schema.json").iter_errors(status)) == []
+            reuse = status["portfolio_bundle"]
+            return reuse["reused"], reuse["telemetry_revision"], status["admission"]
+
+        await bundle()
+        reused, revision, rows = await bundle()
+        assert reused and rows == []  # identical inputs: the same bundle
+        # a new request advances the telemetry revision: a fresh solve that sees it
+        svc.controller.demand.observe(unbound_coding(clock.now))
+        reused, after_request, rows = await bundle()
+        assert not reused and after_request == revision + 1
+        assert [(r["workload"], r["state"]) for r in rows] == [("coding", "awaiting-plan")]
+        assert (await bundle())[0]
+        # a recorded evaluation does the same
+        body = {"model_id": "gemma-coder", "workload": "coding", "quality": 0.9}
+        assert (
+            await client.post("/allocator/evaluations", headers=admin, json=body)
+        ).status_code == 200
+        reused, after_evaluation, _ = await bundle()
+        assert not reused and after_evaluation == after_request + 1
+        assert (await bundle())[0]
+        # an identical heartbeat changes no node snapshot; a different one, or a new
+        # timestamp, forces a fresh solve
+        await node.heartbeat(request_commands=False)
+        assert (await bundle())[0]
+        node.capacity_mb = 4096
+        await node.heartbeat(request_commands=False)
+        assert not (await bundle())[0]
+        assert (await bundle())[0]
+        clock.now += 1
+        assert not (await bundle())[0]
+        assert (await bundle())[0]
