@@ -128,6 +128,7 @@ class LlamaCppRuntime:
             "-t", str(s.threads),
             "--slots",
             "--no-webui",
+            "--jinja",  # the GGUF's own chat template, so chat answers carry no template tokens
             *s.extra_args,
         ]  # fmt: skip
 
