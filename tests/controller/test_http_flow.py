@@ -300,3 +300,33 @@ async def test_destructive_delivery_needs_more_than_30s_of_replacement_lease(
         assert await victim_poll_after(31.0) == []  # 29 s of lease left: held back
         assert "held back" in (service.controller.delivery_safety_error or "")
         assert await victim_poll_after(29.0) == ["drain"]  # 31 s left: delivered
+
+
+@pytest.mark.anyio
+async def test_invalid_commit_keeps_the_last_good_revision_in_force(setup: Any) -> None:
+    service, app, _clock, watch = setup
+    service.controller.tick()
+    good = service.controller.current_desired()
+    assert good is not None
+    (watch / "gemma.yaml").write_text(profile("gemma").replace("memory_mb: 640", "memory_mb: -1"))
+    (watch / "extra.yaml").write_text("kind: [unclosed\n")
+    assert service.source.reload() is False
+    service.controller.tick()
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://ctl"
+    ) as client:
+        status = (await client.get("/allocator/status")).json()
+    desired = status["desired"]
+    assert desired["revision"] == good.revision == desired["last_good_revision"]
+    assert desired["rejected_revision"] == desired["latest_seen_revision"] != good.revision
+    errors = desired["rejected"][-1]["errors"]
+    assert {(Path(e["file"]).name, e["line"], e["pointer"]) for e in errors} >= {
+        ("gemma.yaml", 5, "/spec/memory_mb"),
+    }
+    assert any(Path(e["file"]).name == "extra.yaml" for e in errors)
+    assert service.controller.current_desired() == good  # nothing half-applied
+    (watch / "extra.yaml").unlink()
+    (watch / "gemma.yaml").write_text(profile("gemma", min_replicas=2))
+    assert service.source.reload() is True
+    current = service.controller.current_desired()
+    assert current is not None and current.profile("gemma").min_replicas == 2
