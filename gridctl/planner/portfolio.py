@@ -76,7 +76,7 @@ def plan_portfolio(inputs: PortfolioInputs) -> PortfolioResult:
     demand = {w.workload: w for w in inputs.workloads}
     gates = {w.workload: gate(w, inputs, spare) for w in inputs.workloads}
     active = sorted(w for w, g in gates.items() if g.admitted)
-    scan = FeasibilityScan(inputs, planner)
+    scan = FeasibilityScan(inputs, planner, {w: demand[w] for w in active})
     scored = [p for p in profiles if any(p.workload_scores.get(w, 0.0) > 0 for w in active)]
     scan.scan([p.name for p in scored])
     outcomes = {(o.model_id, o.workload, o.artifact_sha256): o for o in inputs.outcomes}
@@ -85,7 +85,12 @@ def plan_portfolio(inputs: PortfolioInputs) -> PortfolioResult:
     ranked: dict[str, tuple[CandidateRow, ...]] = {}
     for workload in active:
         rows = tuple(
-            scan.candidate(p, workload, outcomes.get((p.name, workload, p.artifact.sha256 or "")))
+            scan.candidate(
+                p,
+                workload,
+                outcomes.get((p.name, workload, p.artifact.sha256 or "")),
+                gates[workload],
+            )
             for p in scored
             if p.workload_scores.get(workload, 0.0) > 0
         )
@@ -169,7 +174,13 @@ def portfolio_to_json(result: PortfolioResult) -> dict[str, Any]:
                 "best_host": c.best_host,
                 "startup_seconds": c.startup_seconds,
                 "preemption_paths": [
-                    {"host": p.host_id, "victims": list(p.victims)} for p in c.preemption_paths
+                    {
+                        "host": p.host_id,
+                        "victims": list(p.victims),
+                        "replacement": p.replacement,
+                        "victim_pressure": p.victim_pressure,
+                    }
+                    for p in c.preemption_paths
                 ],
                 "rejection": c.rejection,
             }

@@ -11,14 +11,19 @@ Scan: every candidate is judged by the real planner, never by a copy of its
 rules. One probe plan adds one inferred replica of every candidate at once;
 a candidate the shared probe could not place is probed alone (current
 headroom), and a candidate that still does not fit is probed with direct
-demand to learn the planner-proved preemption paths, kept only when every
-victim is speculative (no pin, no minimum replicas, no direct demand). The
-explanations give eligible and compatible host counts and the best host.
+demand to learn up to ``preemption_path_limit`` planner-proved preemption
+paths (each staged host is then denied to it and the planner asked again),
+kept only when every victim is speculative (no pin, no minimum replicas, no
+direct demand). Per workload, the authorized paths are those that leave every
+active victim a ready copy elsewhere, then at most one replacement of an
+active victim's only copy for a mature beneficiary with at least
+``replacement_pressure_ratio`` x its confidence-weighted device-time pressure.
+The explanations give eligible and compatible host counts and the best host.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from gridctl.demand.learning import WorkloadDemand
@@ -36,6 +41,7 @@ from gridctl.planner.rejections import Rejection, RejectionCode
 
 Planner = Callable[[FleetSnapshot], Plan]
 SUITABILITY_POINTS = 100.0
+FULL_CONFIDENCE_REQUESTS = 20.0  # like a model forecast's confidence
 FAILURE_POINTS = 30.0
 TRANSITION_POINTS_MAX = 10.0
 TRANSITION_SECONDS_PER_POINT = 30.0
@@ -143,6 +149,37 @@ def with_demand(snapshot: FleetSnapshot, extra: Sequence[ModelDemand]) -> FleetS
     return replace(snapshot, demand=tuple(merged[m] for m in sorted(merged)))
 
 
+def deny(snapshot: FleetSnapshot, model_id: str, hosts: Iterable[str]) -> FleetSnapshot:
+    """The snapshot with ``model_id`` on the deny list of ``hosts`` (a probe-only fence)."""
+    fenced = frozenset(hosts)
+    if not fenced:
+        return snapshot
+    return replace(
+        snapshot,
+        hosts=tuple(
+            replace(
+                h,
+                resources=replace(
+                    h.resources, denied_models=(*h.resources.denied_models, model_id)
+                ),
+            )
+            if h.host_id in fenced and model_id not in h.resources.denied_models
+            else h
+            for h in snapshot.hosts
+        ),
+    )
+
+
+def workload_confidence(demand: WorkloadDemand) -> float:
+    """Evidence weight of a workload's demand: full at ``FULL_CONFIDENCE_REQUESTS``."""
+    return min(1.0, demand.requests / FULL_CONFIDENCE_REQUESTS)
+
+
+def workload_pressure(demand: WorkloadDemand) -> float:
+    """Confidence-weighted device-time pressure: offered concurrency x confidence."""
+    return demand.offered_concurrency * workload_confidence(demand)
+
+
 def canary(model_id: str) -> ModelDemand:
     return ModelDemand(model_id, correlated_requests_per_minute=1e-6, confidence=0.0)
 
@@ -173,11 +210,18 @@ def _is_static(code: str) -> bool:
 class FeasibilityScan:
     """Probe plans, shared across every workload that lists the same model."""
 
-    def __init__(self, inputs: PortfolioInputs, planner: Planner) -> None:
+    def __init__(
+        self,
+        inputs: PortfolioInputs,
+        planner: Planner,
+        active: Mapping[str, WorkloadDemand] | None = None,
+    ) -> None:
         self.inputs = inputs
         self.planner = planner
         self.runs = 0
         self.protected = protected_models(inputs)
+        self.active = dict(active or {})
+        self._profiles = {p.name: p for p in inputs.profiles}
         self._facts: dict[
             str, tuple[int, int, bool, str | None, tuple[PreemptionPath, ...], str | None]
         ] = {}
@@ -206,17 +250,109 @@ class FeasibilityScan:
             self._record(model_id, _explanation(alone, model_id), None, paths)
 
     def _preemption_paths(self, model_id: str) -> tuple[PreemptionPath, ...]:
-        probe = self._plan([ModelDemand(model_id, requests_per_minute=1e-6, confidence=0.0)])
-        by_host: dict[str, list[str]] = {}
-        for p in probe.preemptions:
-            if p.beneficiary == model_id:
-                by_host.setdefault(p.host_id, []).append(p.model_id)
-        paths = [
-            PreemptionPath(host, tuple(sorted(victims)))
-            for host, victims in sorted(by_host.items())
-            if not set(victims) & self.protected
-        ]
-        return tuple(paths[: self.inputs.policy.preemption_path_limit])
+        """Up to ``preemption_path_limit`` planner-proved paths, best first.
+
+        Each probe gives the candidate direct-class demand; the host the planner
+        stages is then denied to it and the planner asked again, so the ranking is
+        the planner's own and every path is proved, not assumed. Paths that would
+        displace a protected model are dropped.
+        """
+        demand = [ModelDemand(model_id, requests_per_minute=1e-6, confidence=0.0)]
+        limit = self.inputs.policy.preemption_path_limit
+        paths: list[PreemptionPath] = []
+        tried: set[str] = set()
+        for _ in range(len(self.inputs.snapshot.hosts)):
+            if len(paths) >= limit:
+                break
+            self.runs += 1
+            snapshot = deny(with_demand(self.inputs.snapshot, demand), model_id, tried)
+            probe = self.planner(snapshot)
+            by_host: dict[str, list[str]] = {}
+            for p in probe.preemptions:
+                if p.beneficiary == model_id and p.host_id not in tried:
+                    by_host.setdefault(p.host_id, []).append(p.model_id)
+            if not by_host:
+                break
+            for host, victims in sorted(by_host.items()):
+                tried.add(host)
+                if not set(victims) & self.protected:
+                    paths.append(PreemptionPath(host, tuple(sorted(victims))))
+        return tuple(paths[:limit])
+
+    def _ready_elsewhere(self, model_id: str, host_id: str) -> int:
+        profile = self._profiles.get(model_id)
+        sha = profile.artifact.sha256 if profile is not None else None
+        return sum(
+            1
+            for host in self.inputs.snapshot.hosts
+            if host.host_id != host_id
+            for r in host.residencies
+            if r.model_id == model_id
+            and r.state is ResidencyState.READY
+            and (sha is None or r.artifact_sha256 == sha)
+        )
+
+    def victim_pressure(self, model_id: str, workload: str) -> float:
+        """Confidence-weighted device-time pressure an incumbent serves, besides ``workload``:
+        active workloads it scores and is resident for, plus its correlated demand."""
+        profile = self._profiles.get(model_id)
+        if profile is None:
+            return 0.0
+        pressure = 0.0
+        if self._resident(model_id):
+            for name, demand in sorted(self.active.items()):
+                if name != workload and profile.workload_scores.get(name, 0.0) > 0:
+                    pressure += workload_pressure(demand)
+        for d in self.inputs.snapshot.demand:
+            if d.model_id == model_id and d.correlated_requests_per_minute > 0:
+                pressure += (
+                    d.correlated_requests_per_minute / 60.0 * (profile.expected_service_seconds)
+                )
+        return pressure
+
+    def authorized_paths(
+        self, model_id: str, workload: str, gate_: Gate | None
+    ) -> tuple[tuple[PreemptionPath, ...], str | None]:
+        """The paths this workload's candidate may use, and why others were refused.
+
+        First every path that leaves each active victim a ready copy elsewhere (its
+        ready-replica floor), in the planner's order; then at most one replacement
+        path that removes an active victim's only ready copy, for a mature
+        beneficiary (the observations gate) with at least ``replacement_pressure_ratio``
+        x that victim's pressure. A canary never takes a speculative model's only copy.
+        """
+        paths = self._facts[model_id][4]
+        keep: list[PreemptionPath] = []
+        replacement: PreemptionPath | None = None
+        refused: list[str] = []
+        ratio = self.inputs.policy.replacement_pressure_ratio
+        demand = self.active.get(workload)
+        mine = workload_pressure(demand) if demand is not None else 0.0
+        mature = gate_ is not None and gate_.admitted and not gate_.canary_only
+        for path in paths:
+            floors = [
+                (v, self.victim_pressure(v, workload))
+                for v in path.victims
+                if self._ready_elsewhere(v, path.host_id) < 1
+            ]
+            breaking = [(v, pressure) for v, pressure in floors if pressure > 0]
+            if not breaking:
+                keep.append(path)
+                continue
+            theirs = max(pressure for _, pressure in breaking)
+            names = ", ".join(v for v, _ in breaking)
+            if not mature:
+                refused.append(f"{path.host_id}: would remove the only ready copy of {names}")
+            elif mine + 1e-9 < ratio * theirs:
+                refused.append(
+                    f"{path.host_id}: pressure {mine:.2f} < {ratio:g} x {theirs:.2f} of {names}"
+                )
+            elif replacement is None:
+                replacement = replace(path, replacement=True, victim_pressure=round(theirs, 6))
+        if replacement is not None:
+            keep.append(replacement)
+        reason = None if keep or not refused else "no authorized path (" + "; ".join(refused) + ")"
+        return tuple(keep), reason
 
     def _record(
         self,
@@ -278,10 +414,17 @@ class FeasibilityScan:
         return profile.warm_seconds + (0.0 if cached else profile.load_seconds)
 
     def candidate(
-        self, profile: ModelProfile, workload: str, outcome: OutcomeScore | None
+        self,
+        profile: ModelProfile,
+        workload: str,
+        outcome: OutcomeScore | None,
+        gate_: Gate | None = None,
     ) -> CandidateRow:
         compatible, eligible, feasible, best, paths, rejection = self._facts[profile.name]
         resident = self._resident(profile.name)
+        if paths and not feasible and not resident:
+            paths, refused = self.authorized_paths(profile.name, workload, gate_)
+            rejection = rejection or refused
         policy = self.inputs.policy
         suitability = float(profile.workload_scores.get(workload, 0.0))
         points = SUITABILITY_POINTS * suitability

@@ -3,7 +3,9 @@
 A portfolio maps every admitted workload to one model (or defers it). Its
 demand is counterfactual: inferred-class demand that fills spare capacity and
 never preempts; at most one preemption-only model per tick gets direct-class
-demand, and only a plan whose every staged victim is speculative counts. A
+demand, fenced to the host of its one authorized path (its candidate row's
+first path), and only a plan that stages exactly that path counts; an
+unvalidated replacement (no outcome evidence yet) is capped at one canary. A
 plan that preempts a protected model, or gives a baseline or directly
 demanded model fewer replicas than the base plan, is invalid.
 
@@ -30,8 +32,14 @@ from dataclasses import dataclass
 
 from gridctl.demand.learning import WorkloadDemand
 from gridctl.domain import FleetSnapshot, ModelDemand, ModelProfile, Plan
-from gridctl.planner.portfolio_scan import protected_models, with_demand
-from gridctl.planner.portfolio_types import CandidateRow, Evaluation, Gate, PortfolioInputs
+from gridctl.planner.portfolio_scan import deny, protected_models, with_demand
+from gridctl.planner.portfolio_types import (
+    CandidateRow,
+    Evaluation,
+    Gate,
+    PortfolioInputs,
+    PreemptionPath,
+)
 
 Mapping_ = tuple[tuple[str, str | None], ...]
 SUBSET_ENUMERATION_LIMIT = 4096
@@ -126,6 +134,9 @@ def portfolio_demand(state: SearchState, mapping: Mapping_) -> tuple[ModelDemand
             rate += max(d.requests_per_minute, d.anticipated_requests_per_minute)
             weak = weak and state.gates[w].canary_only
         rate = max(rate, 1e-6)
+        row = next((r for w in workloads if (r := row_for(state, w, model_id)) is not None), None)
+        if model_id in preempting and row is not None and _unvalidated_replacement(row):
+            weak = True  # an unvalidated replacement is capped at one canary
         if weak:
             per_replica = profile.replica_concurrency * profile.target_utilization
             one = (
@@ -142,12 +153,39 @@ def portfolio_demand(state: SearchState, mapping: Mapping_) -> tuple[ModelDemand
     return tuple(rows)
 
 
+def _unvalidated_replacement(row: CandidateRow) -> bool:
+    path = selected_path(row)
+    return path is not None and path.replacement and row.confidence <= 0.0
+
+
+def selected_path(row: CandidateRow) -> PreemptionPath | None:
+    """The path the controller authorizes: the first one (floor-preserving paths first)."""
+    return row.preemption_paths[0] if row.preemption_paths else None
+
+
+def authorizations(state: SearchState, mapping: Mapping_) -> dict[str, PreemptionPath]:
+    """Preemption-only model -> the one exact path it may use this tick."""
+    found: dict[str, PreemptionPath] = {}
+    for workload, model_id in mapping:
+        row = row_for(state, workload, model_id)
+        if row is None or not row.preemption_only or model_id in found:
+            continue
+        path = selected_path(row)
+        if path is not None:
+            found[row.model_id] = path
+    return found
+
+
 def evaluate(state: SearchState, mapping: Mapping_) -> Evaluation:
     found = state.seen.get(mapping)
     if found is not None:
         return found[0]
     demand = portfolio_demand(state, mapping)
     snapshot = with_demand(state.inputs.snapshot, demand)
+    for model_id, path in sorted(authorizations(state, mapping).items()):
+        # the authorization travels with the forecast: only the selected path's host
+        others = [h.host_id for h in snapshot.hosts if h.host_id != path.host_id]
+        snapshot = deny(snapshot, model_id, others)
     state.runs += 1
     plan = state.planner(snapshot)
     evaluation = judge(state, mapping, plan)
@@ -158,9 +196,17 @@ def evaluate(state: SearchState, mapping: Mapping_) -> Evaluation:
 def judge(state: SearchState, mapping: Mapping_, plan: Plan) -> Evaluation:
     protected = protected_models(state.inputs)
     selected = {m for _, m in mapping if m is not None}
+    authorized = authorizations(state, mapping)
     for p in plan.preemptions:
         if p.model_id in protected or p.model_id in selected:
             return Evaluation(mapping, False, (), (), f"would preempt {p.model_id}")
+        if p.beneficiary not in selected or p.beneficiary in protected:
+            continue  # direct or baseline demand keeps its own preemption authority
+        path = authorized.get(p.beneficiary)
+        if path is None or p.host_id != path.host_id or p.model_id not in path.victims:
+            return Evaluation(
+                mapping, False, (), (), f"preemption of {p.model_id} is not the authorized path"
+            )
     base_counts = _counts(state.base)
     counts = _counts(plan)
     for model_id in protected:

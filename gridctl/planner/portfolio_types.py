@@ -54,8 +54,17 @@ class Gate:
 
 @dataclass(frozen=True, slots=True)
 class PreemptionPath:
+    """One planner-proved way to free a host for a candidate.
+
+    ``replacement`` marks a path that removes an active speculative victim's only
+    ready copy: allowed only for a mature beneficiary with at least
+    ``replacement_pressure_ratio`` x the victim's pressure (``victim_pressure``).
+    """
+
     host_id: str
     victims: tuple[str, ...]
+    replacement: bool = False
+    victim_pressure: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
