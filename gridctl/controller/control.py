@@ -151,6 +151,9 @@ class Controller:
         self._grace: RestartGrace | None = (
             RestartGrace(restarted_at=self.started_at) if store.pending() else None
         )
+        # outcome evidence survives a restart; the tick persists what changed
+        self._persisted_evidence = store.evidence()
+        self.demand.restore_evidence(self._persisted_evidence)
         self.registry.restore_watermarks(
             {m: used for m, (used, _peak) in store.watermarks().items() if used is not None}
         )
@@ -391,6 +394,7 @@ class Controller:
             memory=memory,
             startup=self._startup_estimates(profiles, now, desired.policy),
         )
+        self._persist_evidence()
         generation = self.store.next_plan_generation(plan.input_digest)
         held = {p.action_id: p for p in pending}
         self.store.apply_tick(
@@ -429,6 +433,13 @@ class Controller:
             self._portfolio_bundle = PortfolioBundle(
                 (now, snapshot.hosts, tuple(desired.profiles), picture.revision), portfolio
             )
+
+    def _persist_evidence(self) -> None:
+        """Write the outcome evidence keys whose counters changed since the last write."""
+        for key, body in self.demand.evidence_bodies().items():
+            if self._persisted_evidence.get(key) != body:
+                self.store.put_evidence(key[0], key[1], key[2] or None, body)
+                self._persisted_evidence[key] = body
 
     def status_portfolio(self) -> tuple[PortfolioBundle | None, bool]:
         """The portfolio bundle a read-only status query shows, and whether it was reused.

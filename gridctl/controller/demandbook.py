@@ -18,6 +18,7 @@ import threading
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import replace
+from typing import Any
 
 from gridctl.demand import DemandLearner, DemandPicture, features_of
 from gridctl.domain import (
@@ -71,6 +72,16 @@ class DemandBook:
         with self._lock:
             self._learner.record_evaluation(model_id, workload, sha, quality, at)
             self.revision += 1
+
+    def evidence_bodies(self) -> dict[tuple[str, str, str], dict[str, list[float] | None]]:
+        """Outcome evidence per (model, workload, artifact), copied under the lock."""
+        with self._lock:
+            return self._learner.outcomes.bodies()
+
+    def restore_evidence(self, bodies: dict[tuple[str, str, str], Any]) -> int:
+        """Load outcome evidence persisted by an earlier controller process."""
+        with self._lock:
+            return self._learner.outcomes.restore(bodies)
 
     def _learn(self, observation: RequestObservation) -> None:
         modality = observation.modality if observation.modality in ("image", "video") else "text"

@@ -18,7 +18,10 @@ untried model earn one canary and falls to zero as evidence accumulates.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from gridctl.domain import ControllerPolicy
 
@@ -129,6 +132,45 @@ class OutcomeBook:
                 if model_id not in current or (current[model_id] and sha != current[model_id]):
                     del book[key]
 
+    def bodies(self) -> dict[EvidenceKey, dict[str, list[float] | None]]:
+        """Every key's two counters, each with its own timestamp (for persistence)."""
+
+        def row(counter: Counter | None) -> list[float] | None:
+            if counter is None or counter.at is None:
+                return None
+            return [counter.weight, counter.total, counter.second, counter.at]
+
+        return {
+            key: {"service": row(self.service.get(key)), "quality": row(self.quality.get(key))}
+            for key in sorted(set(self.service) | set(self.quality))
+        }
+
+    def restore(self, bodies: Mapping[EvidenceKey, Any]) -> int:
+        """Load persisted bodies; returns how many keys were kept.
+
+        Malformed counters are ignored. A legacy body with one shared ``at`` (three
+        numbers per counter) keeps its service evidence but no quality: a shared
+        timestamp cannot tell how old the labels are, so they are discarded.
+        """
+        kept = 0
+        for key, body in sorted(bodies.items()):
+            if not isinstance(body, Mapping):
+                continue
+            raw = body.get("service")
+            legacy = "at" in body  # one timestamp shared by both counters
+            if legacy and isinstance(raw, list) and len(raw) == 3:
+                raw = [*raw, body["at"]]
+            service = _counter(raw)
+            quality = None if legacy else _counter(body.get("quality"))
+            if service is not None:
+                self.service[key] = service
+            if quality is not None:
+                self.quality[key] = quality
+            kept += service is not None or quality is not None
+        self._bound(self.service)
+        self._bound(self.quality)
+        return kept
+
     def _bound(self, book: dict[EvidenceKey, Counter]) -> None:
         while len(book) > MAX_OUTCOME_KEYS:
             stalest = min(book, key=lambda k: (book[k].at or 0.0, k))
@@ -161,3 +203,16 @@ class OutcomeBook:
     def scores(self, now: float) -> tuple[OutcomeScore, ...]:
         keys = sorted(set(self.service) | set(self.quality))
         return tuple(self.score(m, w, s or None, now) for m, w, s in keys)
+
+
+def _counter(raw: Any) -> Counter | None:
+    if not isinstance(raw, list) or len(raw) != 4:
+        return None
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in raw):
+        return None
+    weight, total, second, at = (float(v) for v in raw)
+    if not all(math.isfinite(v) and v >= 0 for v in (weight, total, second, at)):
+        return None
+    if total > weight + 1e-9:
+        return None  # a success or quality sum never exceeds its weight
+    return Counter(weight, total, second, at)

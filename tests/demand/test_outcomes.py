@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gridctl.demand import OutcomeBook
@@ -77,3 +79,37 @@ def test_success_rate_and_service_time() -> None:
     served(book, 1, ok=False)
     score = book.score("coder", "coding", SHA, T0)
     assert score.success_rate == 0.75 and score.mean_service_seconds == 2.0
+
+
+def test_evidence_bodies_round_trip_through_json() -> None:
+    book = OutcomeBook(POLICY)
+    served(book, 5)
+    served(book, 2, ok=False)
+    book.record_evaluation("coder", "coding", SHA, 0.8, T0 + 10)
+    stored = {key: json.loads(json.dumps(body)) for key, body in book.bodies().items()}
+    restored = OutcomeBook(POLICY)
+    assert restored.restore(stored) == len(stored) == 1
+    (body,) = stored.values()
+    assert body["service"][3] == T0 and body["quality"][3] == T0 + 10  # own timestamps
+    assert restored.bodies() == book.bodies()
+    assert restored.scores(T0 + 3600) == book.scores(T0 + 3600)
+
+
+def test_restore_discards_legacy_shared_timestamp_quality_and_bad_counters() -> None:
+    book = OutcomeBook(POLICY)
+    kept = book.restore(
+        {
+            ("m", "coding", "sha"): {
+                "service": [4.0, 3.0, 8.0],
+                "quality": [2.0, 1.8, 0.0],
+                "at": T0,
+            },
+            ("m", "general", "sha"): {"service": [1.0, 2.0, 0.0, T0], "quality": None},
+            ("m", "research", "sha"): {"service": [1.0, 1.0, 0.0, float("nan")]},
+            ("m", "design", "sha"): "not an object",
+        }
+    )
+    assert kept == 1
+    (score,) = book.scores(T0)
+    assert (score.workload, score.samples, score.success_rate) == ("coding", 4.0, 0.75)
+    assert score.evaluations == 0.0 and score.quality is None  # legacy quality discarded

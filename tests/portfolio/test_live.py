@@ -324,3 +324,37 @@ async def test_repeated_status_reuses_the_portfolio_only_for_identical_inputs(
         clock.now += 1
         assert not (await bundle())[0]
         assert (await bundle())[0]
+
+
+@pytest.mark.anyio
+async def test_outcome_evidence_survives_a_controller_restart(service: Any) -> None:
+    svc, app, clock = service
+    admin = {"X-Grid-Allocator-Token": svc.operator_token}
+    body = {"model_id": "gemma-coder", "workload": "coding", "quality": 0.9}
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://ctl"
+    ) as client:
+        await client.post("/allocator/tick", headers=admin)
+        for i in range(3):
+            served = RequestObservation(
+                t=clock.now + i,
+                endpoint="chat",
+                model="auto",
+                served_model="gemma-coder",
+                host_id="local-1",
+                outcome="ok",
+                status=200,
+                service_seconds=0.5,
+                workload="coding",
+            )
+            svc.controller.demand.observe(served)
+        ok = await client.post("/allocator/evaluations", headers=admin, json=body)
+        assert ok.status_code == 200, ok.text
+        assert (await client.post("/allocator/tick", headers=admin)).status_code == 200
+    before = svc.controller.demand.picture(clock.now + 60).outcomes
+    assert [(round(o.samples, 2), round(o.evaluations, 2)) for o in before] == [(3.0, 1.0)]
+    svc.stop_ticking()
+
+    restarted = ControllerService(svc.options)
+    after = restarted.controller.demand.picture(clock.now + 60).outcomes
+    assert after == before  # service and quality evidence, each with its own age
