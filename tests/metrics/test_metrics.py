@@ -53,6 +53,7 @@ async def test_metrics_carry_every_series_with_sensible_values(tmp_path: Path) -
             RequestObservation(1.0, "chat", "nope", None, None, "rejected", 404, 0.001)
         )
 
+        assert h.service.tap.flush()  # observations reach their sinks on a worker thread
         response = await h.client.get("/metrics")
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/plain")
