@@ -7,7 +7,9 @@ demand, fenced to the host of its one authorized path (its candidate row's
 first path), and only a plan that stages exactly that path counts; an
 unvalidated replacement (no outcome evidence yet) is capped at one canary. A
 plan that preempts a protected model, or gives a baseline or directly
-demanded model fewer replicas than the base plan, is invalid.
+demanded model fewer replicas than the base plan, is invalid; a preemption the
+base plan already stages (direct or baseline demand's own relocation, such as
+a proactive repack) is inherited, not the portfolio's doing.
 
 The objective, compared lexicographically (the scarce-fleet order): distinct
 admitted workloads covered, recent failures restored, service-time-aware
@@ -197,7 +199,10 @@ def judge(state: SearchState, mapping: Mapping_, plan: Plan) -> Evaluation:
     protected = protected_models(state.inputs)
     selected = {m for _, m in mapping if m is not None}
     authorized = authorizations(state, mapping)
+    inherited = {(p.host_id, p.model_id, p.beneficiary) for p in state.base.preemptions}
     for p in plan.preemptions:
+        if (p.host_id, p.model_id, p.beneficiary) in inherited:
+            continue  # the base plan's own move (direct or baseline authority), not the portfolio's
         if p.model_id in protected or p.model_id in selected:
             return Evaluation(mapping, False, (), (), f"would preempt {p.model_id}")
         if p.beneficiary not in selected or p.beneficiary in protected:
