@@ -6,6 +6,7 @@ drain -> draining, unload -> gone) and acknowledges them on the next heartbeat.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +15,35 @@ import httpx
 from gridctl.credentials import issue_node_credential, load_or_create_signing_key
 
 GEMMA_SHA = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+
+
+class Clock:
+    """A controllable clock for the controller under test."""
+
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def engine_handler(request: httpx.Request) -> httpx.Response:
+    """A child engine behind ``httpx.MockTransport``: healthy, and answering only with its key."""
+    if request.url.path.endswith("/health"):
+        return httpx.Response(200, json={"status": "ok"})
+    if request.headers.get("authorization", "").startswith("Bearer engine-key-"):
+        body = json.loads(request.content)
+        return httpx.Response(
+            200,
+            json={
+                "id": "x",
+                "object": "chat.completion",
+                "model": body["model"],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}],
+                "usage": {"completion_tokens": 1},
+            },
+        )
+    return httpx.Response(401, json={"error": "no key"})
 
 
 @dataclass

@@ -10,19 +10,13 @@ import pytest
 from gridctl.config.schemas import validator
 from gridctl.controller.serving import ControllerService, ServiceOptions
 from gridctl.domain import Mode
-from tests.controller.simnodes import GEMMA_SHA
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 2_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.controller.simnodes import GEMMA_SHA, Clock
 
 
 def service_without_watch(state: Path) -> ControllerService:
-    return ControllerService(ServiceOptions(state_dir=state, watch_dir=None, clock=Clock()))
+    return ControllerService(
+        ServiceOptions(state_dir=state, watch_dir=None, clock=Clock(2_000_000.0))
+    )
 
 
 @pytest.mark.anyio

@@ -12,15 +12,7 @@ import pytest
 
 from gridctl.config.schemas import validator
 from gridctl.controller.serving import ControllerService, ServiceOptions
-from tests.controller.simnodes import GEMMA_SHA, SimNode
-
-
-class Clock:
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
+from tests.controller.simnodes import GEMMA_SHA, Clock, SimNode, engine_handler
 
 
 def profile(name: str, min_replicas: int = 1, max_replicas: int = 2) -> str:
@@ -42,24 +34,6 @@ POLICY = (
     "apiVersion: gridctl/v1\nkind: ControllerPolicy\nmetadata: {name: p}\n"
     "spec:\n  mode: automatic\n"
 )
-
-
-def engine_handler(request: httpx.Request) -> httpx.Response:
-    if request.url.path.endswith("/health"):
-        return httpx.Response(200, json={"status": "ok"})
-    if request.headers.get("authorization", "").startswith("Bearer engine-key-"):
-        body = json.loads(request.content)
-        return httpx.Response(
-            200,
-            json={
-                "id": "x",
-                "object": "chat.completion",
-                "model": body["model"],
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}],
-                "usage": {"completion_tokens": 1},
-            },
-        )
-    return httpx.Response(401, json={"error": "no key"})
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ operator's checkout would look.
 
 from __future__ import annotations
 
-import json
 import textwrap
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -22,15 +21,7 @@ from gridctl.config import load_directory
 from gridctl.config.snapshots import snapshot_from_json
 from gridctl.controller.serving import ControllerService, ServiceOptions
 from gridctl.domain import Mode
-from tests.controller.simnodes import GEMMA_SHA, SimNode
-
-
-class Clock:
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
+from tests.controller.simnodes import GEMMA_SHA, Clock, SimNode, engine_handler
 
 
 def profile_yaml(name: str, min_replicas: int = 1, memory_mb: int = 640) -> str:
@@ -64,24 +55,6 @@ def desired_dir(root: Path, *, mode: str = "automatic", **profiles: int) -> Path
     for name, replicas in profiles.items():
         (root / f"{name}.yaml").write_text(profile_yaml(name, replicas))
     return root
-
-
-def engine_handler(request: httpx.Request) -> httpx.Response:
-    if request.url.path.endswith("/health"):
-        return httpx.Response(200, json={"status": "ok"})
-    if request.headers.get("authorization", "").startswith("Bearer engine-key-"):
-        body = json.loads(request.content)
-        return httpx.Response(
-            200,
-            json={
-                "id": "x",
-                "object": "chat.completion",
-                "model": body["model"],
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}],
-                "usage": {"completion_tokens": 1},
-            },
-        )
-    return httpx.Response(401, json={"error": "no key"})
 
 
 @dataclass
