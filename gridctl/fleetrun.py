@@ -59,6 +59,18 @@ class ProcessRecord:
 class FleetRun:
     settings: FleetSettings
     processes: list[ProcessRecord] = field(default_factory=list)
+    # handles of processes this process started (not persisted); used to reap exits
+    children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
+
+    def reap(self) -> list[str]:
+        """Reap children that exited; one line per exit, for the operator."""
+        lines = []
+        for name, child in list(self.children.items()):
+            code = child.poll()
+            if code is not None:
+                del self.children[name]
+                lines.append(f"{name} exited with code {code}; see its log")
+        return lines
 
     @property
     def base_url(self) -> str:
@@ -130,6 +142,7 @@ def start_fleet(settings: FleetSettings, *, detached: bool, say: object = print)
         detached,
     )
     run.processes.append(_record("controller", "controller", proc, ctl_log))
+    run.children["controller"] = proc
     assert callable(say)
     try:
         wait_healthy(run.base_url)
@@ -177,6 +190,7 @@ def start_fleet(settings: FleetSettings, *, detached: bool, say: object = print)
             detached,
         )
         run.processes.append(_record("node", host_id, proc, log))
+        run.children[host_id] = proc
         say(
             f"started logical host {host_id} ({settings.capacity_mb} MB, ports {first}-"
             f"{first + PORTS_PER_HOST - 1})"

@@ -163,7 +163,9 @@ class Follower:
         return lines
 
 
-def _follow_until(client: ControllerClient, stop: list[bool], interval: float = 1.0) -> None:
+def _follow_until(
+    client: ControllerClient, stop: list[bool], interval: float = 1.0, run: FleetRun | None = None
+) -> None:
     follower = Follower()
     while not stop[0]:
         try:
@@ -171,6 +173,8 @@ def _follow_until(client: ControllerClient, stop: list[bool], interval: float = 
                 print(line, flush=True)
         except ControllerError as exc:
             print(f"(controller unreachable: {exc})", flush=True)
+        for line in run.reap() if run is not None else []:
+            print(f"warning: {line}", flush=True)
         for _ in range(int(interval * 10)):
             if stop[0]:
                 break
@@ -201,7 +205,7 @@ def run_up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     with ControllerClient(run.base_url, token_file=run.token_file) as client:
-        _follow_until(client, stop)
+        _follow_until(client, stop, run=run)
     print("stopping: nodes drain and unload their engines, then the controller stops", flush=True)
     problems = stop_fleet(run)
     for problem in problems:

@@ -202,7 +202,12 @@ def test_node_restart_adopts_the_live_child(fleet: Fleet) -> None:
     )
     argv, cwd = node.cmdline(), node.cwd()
     node.send_signal(signal.SIGKILL)
-    node.wait(timeout=30)
+    # the node is `gridctl up`'s child, not ours: wait until it is dead (reaped or zombie)
+    wait_for(
+        "the node daemon dead",
+        lambda: not node.is_running() or node.status() == psutil.STATUS_ZOMBIE,
+        deadline=30,
+    )
     assert child.is_running()
     with (fleet.state_dir / "restart.log").open("wb") as restart_log:
         restarted = psutil.Popen(argv, cwd=cwd, stdout=restart_log, stderr=-2)
