@@ -8,9 +8,12 @@ speak the real wire protocol. The situations:
 profile, and a delivered drain withdrawn because its surviving replica's host
 turned unhealthy before the drain was acknowledged.
 ``empty_fleet``: a controller with desired state and no hosts.
-``admission_fleet``: a healthy converged fleet. The controller does not fill
-admission rows yet (workload intelligence is not built), so the nine rows of
-``tests.tui.situations.ADMISSION_ROWS`` are grafted onto its real document.
+``admission_fleet``: a healthy converged fleet with the nine rows of
+``tests.tui.situations.ADMISSION_ROWS`` grafted on, so every admission state
+is on screen at once (a small simulated fleet cannot reach all nine together).
+``workload_fleet``: admission rows the controller itself produced: unbound
+(``model: "auto"``) coding, general and research requests through the real
+router, a coding-scored model warmed for them, research with no capable model.
 
 ``regenerate_controller_fixtures()`` (``python -m tests.tui.controller_situations``)
 rewrites ``tests/tui/fixtures/*.json``. Tick durations and action ids come from
@@ -105,7 +108,7 @@ class Harness:
             client,
             self.clock,
             failure_domain=domain,
-            cached={"gemma": GEMMA_SHA, "gemma-small": GEMMA_SHA},
+            cached={"gemma": GEMMA_SHA, "gemma-small": GEMMA_SHA, "gemma-coder": GEMMA_SHA},
             **kw,
         )
         self.nodes.append(node)
@@ -164,6 +167,38 @@ async def _admission(h: Harness, client: httpx.AsyncClient) -> None:
     await h.rounds(6)
 
 
+WORKLOAD_PROFILES = {
+    "gemma": profile_yaml("gemma") + "  workload_scores: {general: 1, marketing: 0.6}\n",
+    "gemma-coder": profile_yaml("gemma-coder").replace("min_replicas: 1", "min_replicas: 0")
+    + "  workload_scores: {coding: 1}\n",
+    "workloads": (Path(__file__).resolve().parents[2] / "policies" / "workloads.yaml").read_text(
+        encoding="utf-8"
+    ),
+}
+UNBOUND_PROMPTS = {
+    "coding": "fix the bug in this python function",
+    "general": "hello there, how are you",
+    "research": "summarize this paper and compare its sources",
+}
+
+
+async def _unbound(client: httpx.AsyncClient, workload: str) -> int:
+    body = {"model": "auto", "messages": [{"role": "user", "content": UNBOUND_PROMPTS[workload]}]}
+    return (await client.post("/v1/chat/completions", json=body)).status_code
+
+
+async def _workloads(h: Harness, client: httpx.AsyncClient) -> None:
+    for host_id, domain in (("node-a", "rack-1"), ("node-b", "rack-2")):
+        await h.node(client, host_id, domain, capacity_mb=4096).register()
+    await h.rounds(3)
+    for _ in range(4):
+        for workload in UNBOUND_PROMPTS:
+            await _unbound(client, workload)
+        h.service.tap.flush()
+        await h.rounds(2)
+    await h.rounds(3)
+
+
 SCENARIOS: dict[str, tuple[dict[str, str], Scenario]] = {
     "degraded_fleet": (
         {
@@ -177,6 +212,7 @@ SCENARIOS: dict[str, tuple[dict[str, str], Scenario]] = {
         {"gemma": profile_yaml("gemma", replicas=2), "gemma-small": profile_yaml("gemma-small")},
         _admission,
     ),
+    "workload_fleet": (WORKLOAD_PROFILES, _workloads),
 }
 
 
@@ -221,10 +257,10 @@ async def controller_document(name: str) -> Doc:
     return result
 
 
-def regenerate_controller_fixtures() -> list[Path]:
+def regenerate_controller_fixtures(names: list[str] | None = None) -> list[Path]:
     FIXTURES.mkdir(parents=True, exist_ok=True)
     written = []
-    for name in SCENARIOS:
+    for name in names or list(SCENARIOS):
         document = asyncio.run(controller_document(name))
         path = FIXTURES / f"{name}.json"
         path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
@@ -233,5 +269,7 @@ def regenerate_controller_fixtures() -> list[Path]:
 
 
 if __name__ == "__main__":
-    for written_path in regenerate_controller_fixtures():
+    import sys
+
+    for written_path in regenerate_controller_fixtures(sys.argv[1:] or None):
         print(written_path)

@@ -26,6 +26,11 @@ def check_situation(name: str, document: dict[str, Any]) -> None:
         assert document["unmet_constraints"]
     elif name == "empty_fleet":
         assert document["hosts"] == [] and document["admission"] == []
+    elif name == "workload_fleet":  # rows the controller produced from real unbound requests
+        rows = {row["workload"]: row for row in document["admission"]}
+        assert rows["coding"]["state"] == "ready" and rows["coding"]["model_id"] == "gemma-coder"
+        assert rows["research"]["state"] == "infeasible" and rows["research"]["reason"]
+        assert states == {"accepting"}
     else:
         admission = validator("wire/status.schema.json").schema["properties"]["admission"]
         every_state = set(admission["items"]["properties"]["state"]["enum"])

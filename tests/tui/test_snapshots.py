@@ -46,6 +46,8 @@ CASES: Iterable[tuple[str, str]] = [
     ("admission_fleet", "fleet"),
     ("admission_fleet", "admission"),
     ("admission_fleet", "plan"),
+    ("workload_fleet", "fleet"),
+    ("workload_fleet", "admission"),
 ]
 
 
