@@ -21,6 +21,7 @@ from typing import Any
 from gridctl.controller.authority import AuthorityLease
 from gridctl.controller.demandbook import DemandBook, portfolio_inputs, with_correlation
 from gridctl.controller.desired import DesiredProvider
+from gridctl.controller.overlays import with_pending_work
 from gridctl.controller.registry import Registry
 from gridctl.controller.store import ControllerStore
 from gridctl.controller.timings import TimingKind, estimate
@@ -378,7 +379,7 @@ class Controller:
         # the book, correlated (inferred-only) demand and workload demand from the picture
         picture = self.demand.picture(now)
         forecast = with_correlation(self.demand.forecast(now, desired.policy), picture, profiles)
-        snapshot = self.registry.snapshot(now, forecast)
+        snapshot = with_pending_work(self.registry.snapshot(now, forecast), pending, now)
         # with no active unbound workload this is exactly plan_placement(snapshot)
         portfolio = plan_portfolio(portfolio_inputs(desired, snapshot, picture))
         plan, snapshot = portfolio.plan, replace(snapshot, demand=portfolio.demand)

@@ -30,6 +30,15 @@ def fleet(tmp_path: Path) -> Iterator[Fleet]:
     fleet.stop()
 
 
+def one_engine_child(fleet: Fleet) -> list[psutil.Process]:
+    """Wait until the fleet runs exactly one engine child (a transient extra copy drains)."""
+    def exactly_one() -> list[psutil.Process] | None:
+        children = fleet.engine_children()
+        return children if len(children) == 1 else None
+
+    return wait_for("exactly one engine child", exactly_one, deadline=120)
+
+
 def client_for(fleet: Fleet) -> OpenAI:
     return OpenAI(base_url=fleet.url + "/v1", api_key="unused", max_retries=0, timeout=60)
 
@@ -164,7 +173,7 @@ def test_sigkill_of_child_is_rewarmed(fleet: Fleet) -> None:
     fleet.start()
     started(fleet)
     client = client_for(fleet)
-    (child,) = wait_for("one engine child", lambda: fleet.engine_children(), deadline=30)
+    (child,) = one_engine_child(fleet)
     child.send_signal(signal.SIGKILL)
     wait_for(
         "the failure reported",
@@ -192,7 +201,7 @@ def test_sigkill_of_child_is_rewarmed(fleet: Fleet) -> None:
 def test_node_restart_adopts_the_live_child(fleet: Fleet) -> None:
     fleet.start(machines=1)
     started(fleet)
-    (child,) = wait_for("one engine child", lambda: fleet.engine_children(), deadline=30)
+    (child,) = one_engine_child(fleet)
     node = next(
         p
         for p in psutil.process_iter(["cmdline"])
@@ -236,7 +245,7 @@ def test_node_restart_adopts_the_live_child(fleet: Fleet) -> None:
 def test_security_boundaries_on_real_processes(fleet: Fleet) -> None:
     fleet.start()
     started(fleet)
-    (child,) = wait_for("one engine child", lambda: fleet.engine_children(), deadline=30)
+    (child,) = one_engine_child(fleet)
     cmd = child.cmdline()
     port = int(cmd[cmd.index("--port") + 1])
     direct = httpx.post(
