@@ -161,6 +161,10 @@ class AuthorityLease:
             ).fetchone()
         return Grant(row[0], int(row[1]), float(row[2]), float(row[3])) if row else None
 
+    def leader_address(self) -> str | None:
+        """Where the holder serves; a single-directory lease does not record it."""
+        return None
+
     def release(self) -> None:
         """Hand authority back at once (leaving automatic, shutting down)."""
         with self._lock:

@@ -18,12 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gridctl.controller.authority import AuthorityLease
 from gridctl.controller.demandbook import DemandBook, portfolio_inputs, with_correlation
 from gridctl.controller.desired import DesiredProvider
 from gridctl.controller.overlays import with_pending_work
 from gridctl.controller.registry import Registry
 from gridctl.controller.store import ControllerStore
+from gridctl.controller.stores import Lease
 from gridctl.controller.timings import TimingKind, estimate
 from gridctl.domain import (
     ControllerPolicy,
@@ -113,7 +113,7 @@ class Controller:
         registry: Registry,
         store: ControllerStore,
         clock: Callable[[], float] = time.time,
-        lease: AuthorityLease | None = None,
+        lease: Lease | None = None,
         controller_id: str | None = None,
         warnings: list[str] | None = None,
         demand: DemandBook | None = None,

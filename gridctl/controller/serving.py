@@ -25,12 +25,12 @@ from starlette.applications import Starlette
 
 from gridctl.config.resolving import policy_from_document
 from gridctl.controller.app import ControllerApp
-from gridctl.controller.authority import AuthorityLease
 from gridctl.controller.control import Controller
 from gridctl.controller.desired import ApiDesired, DesiredProvider
 from gridctl.controller.registry import Registry
 from gridctl.controller.statusdoc import build_status
-from gridctl.controller.store import ControllerStore
+from gridctl.controller.stores import DEFAULT_LEASE_SECONDS
+from gridctl.controller.stores.opening import open_lease, open_store
 from gridctl.controller.watching import DesiredSource, watch_directory
 from gridctl.credentials import (
     CredentialError,
@@ -91,7 +91,7 @@ class ControllerService:
         )
         self._signing_key = load_or_create_signing_key(state_dir) if state_dir else None
         self.registry = Registry()
-        self.store = ControllerStore(state_dir, clock=clock)
+        self.store = open_store(state_dir, clock=clock)
         desired: DesiredProvider
         if options.watch_dir is not None:
             self.source: DesiredSource | None = DesiredSource(options.watch_dir, clock)
@@ -100,18 +100,14 @@ class ControllerService:
         else:
             self.source = None
             desired = self._api_desired(clock)
-        self.lease = (
-            AuthorityLease(
-                state_dir,
-                secrets.token_hex(8),
-                lease_seconds=desired.current.policy.controller_lease_seconds
-                if desired.current
-                else 15.0,
-                clock=clock,
-                term_floor=self.store.highest_term(),
-            )
-            if state_dir is not None
-            else None
+        self.lease = open_lease(
+            state_dir,
+            self.store,
+            secrets.token_hex(8),
+            lease_seconds=desired.current.policy.controller_lease_seconds
+            if desired.current
+            else DEFAULT_LEASE_SECONDS,
+            clock=clock,
         )
         self.controller = Controller(
             desired=desired,
