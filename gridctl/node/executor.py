@@ -37,6 +37,8 @@ def lifecycle_request(command: dict[str, Any]) -> LifecycleRequest:
         artifact_sha256=command.get("artifact_sha256"),
         artifact_source=command.get("artifact_source"),
         artifact_size_mb=command.get("artifact_size_mb"),
+        artifact_mirrors=tuple(str(m) for m in command.get("artifact_mirrors") or ()),
+        prefetch=bool(command.get("prefetch", False)),
         force=bool(command.get("force", False)),
     )
 

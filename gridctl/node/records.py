@@ -59,6 +59,8 @@ class CachedArtifact:
     path: str
     size_bytes: int
     cached_at: float
+    provenance: str = "demand"  # "demand" | "predictive" | "operator" (found already present)
+    last_used_at: float | None = None  # wall clock of the last launch from this entry
 
 
 @dataclass(frozen=True)

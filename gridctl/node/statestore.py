@@ -60,7 +60,9 @@ CREATE TABLE IF NOT EXISTS cached_artifacts (
     sha256 TEXT NOT NULL,
     path TEXT NOT NULL,
     size_bytes INTEGER NOT NULL,
-    cached_at REAL NOT NULL
+    cached_at REAL NOT NULL,
+    provenance TEXT NOT NULL DEFAULT 'demand',
+    last_used_at REAL
 );
 CREATE TABLE IF NOT EXISTS receipts (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -98,6 +100,20 @@ _RECEIPT_COLUMNS = (
     "action_id, kind, model_id, status, message, reason, duration_seconds, artifact_fetched, "
     "command, received_at, finished_at, acked"
 )
+
+
+# Columns added after a table first shipped: (table, column, declaration).
+_ADDED_COLUMNS = (
+    ("cached_artifacts", "provenance", "TEXT NOT NULL DEFAULT 'demand'"),
+    ("cached_artifacts", "last_used_at", "REAL"),
+)
+
+
+def _add_missing_columns(conn: sqlite3.Connection) -> None:
+    for table, column, declaration in _ADDED_COLUMNS:
+        present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        if column not in present:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
 
 
 def quarantine_name(path: Path, now: float) -> Path:
@@ -140,6 +156,7 @@ class NodeStateStore:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = FULL")
             conn.executescript(_SCHEMA)
+            _add_missing_columns(conn)
             row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
             if row is None:
                 conn.execute(
@@ -312,12 +329,20 @@ class NodeStateStore:
 
     def cached_artifacts(self) -> list[CachedArtifact]:
         rows = self._read(
-            "SELECT model_id, sha256, path, size_bytes, cached_at FROM cached_artifacts "
-            "ORDER BY model_id"
+            "SELECT model_id, sha256, path, size_bytes, cached_at, provenance, last_used_at "
+            "FROM cached_artifacts ORDER BY model_id"
         )
         return [
-            CachedArtifact(str(m), str(s), str(p), int(b), float(c))  # type: ignore[call-overload, arg-type]
-            for m, s, p, b, c in rows
+            CachedArtifact(
+                str(m),
+                str(s),
+                str(p),
+                int(b),  # type: ignore[call-overload]
+                float(c),  # type: ignore[arg-type]
+                provenance=str(v),
+                last_used_at=None if u is None else float(u),  # type: ignore[arg-type]
+            )
+            for m, s, p, b, c, v, u in rows
         ]
 
     def cached_artifact(self, model_id: str) -> CachedArtifact | None:
@@ -326,8 +351,18 @@ class NodeStateStore:
     def put_cached_artifact(self, entry: CachedArtifact) -> None:
         with self._write() as conn:
             conn.execute(
-                "INSERT OR REPLACE INTO cached_artifacts VALUES (?, ?, ?, ?, ?)",
-                (entry.model_id, entry.sha256, entry.path, entry.size_bytes, entry.cached_at),
+                "INSERT OR REPLACE INTO cached_artifacts "
+                "(model_id, sha256, path, size_bytes, cached_at, provenance, last_used_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    entry.model_id,
+                    entry.sha256,
+                    entry.path,
+                    entry.size_bytes,
+                    entry.cached_at,
+                    entry.provenance,
+                    entry.last_used_at,
+                ),
             )
 
     def delete_cached_artifact(self, model_id: str) -> None:

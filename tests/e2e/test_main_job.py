@@ -32,6 +32,7 @@ def fleet(tmp_path: Path) -> Iterator[Fleet]:
 
 def one_engine_child(fleet: Fleet) -> list[psutil.Process]:
     """Wait until the fleet runs exactly one engine child (a transient extra copy drains)."""
+
     def exactly_one() -> list[psutil.Process] | None:
         children = fleet.engine_children()
         return children if len(children) == 1 else None
