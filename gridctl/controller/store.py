@@ -1,20 +1,22 @@
-"""The controller's durable state on SQLite (stdlib, WAL).
+"""The controller's durable state, over a SQL backend (SQLite by default, or PostgreSQL).
 
 Holds the last good profile revision, the operator's mode override, pending
 and finished actions with their receipts, learned warm/transfer timings,
 demand watermarks, outcome evidence, withdrawn destructive batches,
 retirement tombstones, and the plan-generation epoch and sequence. Every write
-is one transaction. Opening quarantines a corrupt database (see
+is one transaction. Opening quarantines a corrupt SQLite database (see
 ``store_schema``); the clean store then starts in recommend mode and keeps a
 warning. Without a durable path the store lives in memory and automatic mode
-is refused. Time comes from the ``clock`` callable, so tests control it.
+is refused; a shared backend that cannot be reached refuses it too, and reads
+answer from the last values seen until it returns. Time comes from the
+``clock`` callable, so tests control it. SQL is written once, with ``?``
+placeholders and ``ON CONFLICT`` upserts that both backends understand.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -24,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from gridctl.controller import store_rows
-from gridctl.controller.store_schema import open_database
+from gridctl.controller.stores import Backend, Transaction
+from gridctl.controller.stores.sqlite import SqliteBackend
 from gridctl.controller.timings import LearnedTiming, TimingKind, learn, timing_kind, valid_report
 from gridctl.domain import ControllerPolicy, Mode, Receipt, ReceiptStatus
 from gridctl.errors import PermanentError, TransientError
@@ -42,6 +45,11 @@ from gridctl.reconcile import (
 
 DEFAULT_HISTORY_LIMIT = 10_000
 MODE_OVERRIDE = "mode"
+READ_MEMORY = 512  # distinct reads a shared store remembers for an outage
+UPSERT_OVERRIDE = (
+    "INSERT INTO overrides (key, value, set_at) VALUES (?, ?, ?) "
+    "ON CONFLICT (key) DO UPDATE SET value = excluded.value, set_at = excluded.set_at"
+)
 
 
 @dataclass(frozen=True)
@@ -62,47 +70,67 @@ class ControllerStore:
         *,
         clock: Callable[[], float] = time.time,
         history_limit: int = DEFAULT_HISTORY_LIMIT,
+        backend: Backend | None = None,
     ) -> None:
         self._clock = clock
         self._lock = threading.RLock()
         self._history_limit = history_limit
         self._session = secrets.token_hex(8)
-        opened = open_database(Path(state_dir) if state_dir is not None else None, clock())
-        self._conn = opened.connection
-        self.durable = opened.durable
-        self.quarantined_to = opened.quarantined_to
-        for warning in opened.warnings:
+        if backend is None:
+            backend = SqliteBackend(Path(state_dir) if state_dir is not None else None, clock())
+        self._backend = backend
+        self._remembered: dict[tuple[str, tuple[Any, ...]], list[tuple[Any, ...]]] = {}
+        self.unreachable: str | None = None  # why the shared backend cannot be reached
+        self.durable = backend.durable
+        self.shared = backend.shared
+        self.quarantined_to = backend.quarantined_to
+        for warning in backend.warnings:
             self.add_warning(warning)
-        if opened.quarantined_to is not None:
+        if backend.quarantined_to is not None:
             self.set_mode_override(Mode.RECOMMEND, source="quarantine")
 
     # --- plumbing ------------------------------------------------------------------------
 
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
+    def _tx(self) -> Iterator[Transaction]:
         """One write transaction; rolled back on any error."""
-        with self._lock:
-            try:
-                self._conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
-                raise TransientError(f"controller state busy: {exc}", retry_after=0.5) from exc
-            try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+        with self._lock, self._reaching(), self._backend.transaction() as tx:
+            yield tx
+
+    @contextmanager
+    def _reaching(self) -> Iterator[None]:
+        """Track whether a shared backend answers (a TransientError means it did not)."""
+        try:
+            yield
+        except TransientError as exc:
+            if self.shared:
+                self.unreachable = str(exc)
+            raise
+        if self.shared:
+            self.unreachable = None
 
     def _read(self, sql: str, args: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        key = (sql, tuple(args))
         with self._lock:
-            return list(self._conn.execute(sql, args).fetchall())
+            try:
+                with self._reaching():
+                    rows = self._backend.read(sql, args)
+            except TransientError:
+                if key in self._remembered:  # status keeps answering through an outage
+                    return self._remembered[key]
+                raise
+            if self.shared:
+                if len(self._remembered) >= READ_MEMORY:
+                    self._remembered.clear()
+                self._remembered[key] = rows
+            return rows
 
     def _meta(self, key: str, default: str | None = None) -> str | None:
         rows = self._read("SELECT value FROM meta WHERE key = ?", (key,))
         return str(rows[0][0]) if rows else default
 
     @staticmethod
-    def _set_meta(conn: sqlite3.Connection, key: str, value: str) -> None:
+    def _set_meta(conn: Transaction, key: str, value: str) -> None:
         conn.execute(
             "INSERT INTO meta (key, value) VALUES (?, ?) "
             "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
@@ -111,13 +139,20 @@ class ControllerStore:
 
     def close(self) -> None:
         with self._lock:
-            self._conn.close()
+            self._backend.close()
 
     # --- warnings, mode and overrides ------------------------------------------------------
 
     @property
     def warnings(self) -> tuple[str, ...]:
-        return tuple(json.loads(self._meta("warnings", "[]") or "[]"))
+        try:
+            found = tuple(json.loads(self._meta("warnings", "[]") or "[]"))
+        except TransientError:
+            found = ()
+        return found + ((self._unreachable_warning(),) if self.unreachable else ())
+
+    def _unreachable_warning(self) -> str:
+        return f"controller state store unreachable ({self.unreachable}): automatic mode refused"
 
     def add_warning(self, text: str) -> None:
         with self._tx() as conn:
@@ -143,7 +178,7 @@ class ControllerStore:
                 conn.execute("DELETE FROM overrides WHERE key = ?", (MODE_OVERRIDE,))
             else:
                 conn.execute(
-                    "INSERT OR REPLACE INTO overrides (key, value, set_at) VALUES (?, ?, ?)",
+                    UPSERT_OVERRIDE,
                     (
                         MODE_OVERRIDE,
                         json.dumps({"mode": mode.value, "source": source}),
@@ -153,7 +188,12 @@ class ControllerStore:
 
     def effective_mode(self, policy_mode: Mode) -> tuple[Mode, str | None]:
         """The mode in force and, when automatic was asked for but refused, why."""
-        wanted = self.mode_override() or policy_mode
+        try:
+            wanted = self.mode_override() or policy_mode
+        except TransientError:
+            wanted = policy_mode
+        if wanted is Mode.AUTOMATIC and self.unreachable:
+            return Mode.RECOMMEND, self._unreachable_warning()
         if wanted is Mode.AUTOMATIC and not self.durable:
             return Mode.RECOMMEND, "automatic mode refused: controller state is not durable"
         return wanted, None
@@ -163,10 +203,7 @@ class ControllerStore:
 
     def set_override(self, key: str, value: Any) -> None:
         with self._tx() as conn:
-            conn.execute(
-                "INSERT OR REPLACE INTO overrides (key, value, set_at) VALUES (?, ?, ?)",
-                (key, json.dumps(value), self._clock()),
-            )
+            conn.execute(UPSERT_OVERRIDE, (key, json.dumps(value), self._clock()))
 
     # --- profiles and plan generations -------------------------------------------------------
 
@@ -174,8 +211,9 @@ class ControllerStore:
         """Remember the last good desired-state revision (raw documents, JSON)."""
         with self._tx() as conn:
             conn.execute(
-                "INSERT OR REPLACE INTO profiles (id, revision, body, stored_at) "
-                "VALUES (1, ?, ?, ?)",
+                "INSERT INTO profiles (id, revision, body, stored_at) VALUES (1, ?, ?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET revision = excluded.revision, "
+                "body = excluded.body, stored_at = excluded.stored_at",
                 (revision, json.dumps(body, sort_keys=True), self._clock()),
             )
 
@@ -240,7 +278,7 @@ class ControllerStore:
         return tuple(stored)
 
     @staticmethod
-    def _check_reenqueue(conn: sqlite3.Connection, action_id: str) -> None:
+    def _check_reenqueue(conn: Transaction, action_id: str) -> None:
         (state,) = conn.execute(
             "SELECT state FROM actions WHERE action_id = ?", (action_id,)
         ).fetchone()
@@ -335,7 +373,7 @@ class ControllerStore:
         entry = store_rows.history_from_row(after) if after[store_rows.STATE] != "pending" else None
         return AckResult(decision, entry, learned)
 
-    def _trim_history(self, conn: sqlite3.Connection) -> None:
+    def _trim_history(self, conn: Transaction) -> None:
         """Bound finished actions, keeping the newest of every key (ids never repeat)
         and every action a withdrawn batch still names."""
         (count,) = conn.execute("SELECT count(*) FROM actions WHERE state != 'pending'").fetchone()
@@ -348,7 +386,7 @@ class ControllerStore:
 
     def _learn(
         self,
-        conn: sqlite3.Connection,
+        conn: Transaction,
         record: store_rows.ActionRecord,
         receipt: Receipt,
         policy: ControllerPolicy,
@@ -362,8 +400,11 @@ class ControllerStore:
         previous = store_rows.read_timing(conn, key)
         updated = learn(previous, float(receipt.duration_seconds), now, policy)
         conn.execute(
-            "INSERT OR REPLACE INTO timings (host_id, model_id, artifact, kind, seconds, samples, "
-            "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO timings (host_id, model_id, artifact, kind, seconds, samples, "
+            "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (host_id, model_id, artifact, kind) DO UPDATE SET "
+            "seconds = excluded.seconds, samples = excluded.samples, "
+            "updated_at = excluded.updated_at",
             (*key, updated.seconds, updated.samples, updated.updated_at),
         )
         return kind
@@ -371,10 +412,10 @@ class ControllerStore:
     def timing(
         self, host_id: str, model_id: str, artifact_sha256: str | None, kind: TimingKind
     ) -> LearnedTiming | None:
-        with self._lock:
-            return store_rows.read_timing(
-                self._conn, (host_id, model_id, artifact_sha256 or "", kind.value)
-            )
+        rows = self._read(
+            store_rows.SELECT_TIMING, (host_id, model_id, artifact_sha256 or "", kind.value)
+        )
+        return store_rows.timing_from_row(rows[0]) if rows else None
 
     def timings(self) -> dict[tuple[str, str, str, str], LearnedTiming]:
         rows = self._read(
@@ -385,14 +426,17 @@ class ControllerStore:
     # --- demand watermarks and outcome evidence -------------------------------------------------
 
     def set_watermark(self, model_id: str, last_used_at: float | None, peak: float = 0.0) -> None:
+        most = self._backend.greatest
         with self._tx() as conn:
             conn.execute(
                 "INSERT INTO watermarks (model_id, last_used_at, peak, updated_at) "
                 "VALUES (?, ?, ?, ?) "
-                "ON CONFLICT(model_id) DO UPDATE SET "
-                "last_used_at = max(coalesce(last_used_at, excluded.last_used_at), "
-                "coalesce(excluded.last_used_at, last_used_at)), "
-                "peak = max(peak, excluded.peak), updated_at = excluded.updated_at",
+                "ON CONFLICT (model_id) DO UPDATE SET "
+                f"last_used_at = {most}("
+                "coalesce(watermarks.last_used_at, excluded.last_used_at), "
+                "coalesce(excluded.last_used_at, watermarks.last_used_at)), "
+                f"peak = {most}(watermarks.peak, excluded.peak), "
+                "updated_at = excluded.updated_at",
                 (model_id, last_used_at, peak, self._clock()),
             )
 
@@ -405,8 +449,9 @@ class ControllerStore:
     ) -> None:
         with self._tx() as conn:
             conn.execute(
-                "INSERT OR REPLACE INTO evidence (model_id, workload, artifact, body, updated_at) "
-                "VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO evidence (model_id, workload, artifact, body, updated_at) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (model_id, workload, artifact) "
+                "DO UPDATE SET body = excluded.body, updated_at = excluded.updated_at",
                 (
                     model_id,
                     workload,

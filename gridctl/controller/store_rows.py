@@ -8,10 +8,10 @@ plus the indexed columns the queries need.
 from __future__ import annotations
 
 import json
-import sqlite3
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from gridctl.controller.stores import Transaction
 from gridctl.controller.timings import LearnedTiming
 from gridctl.domain import Action, ActionKind, DemandClass, Receipt, ReceiptStatus
 from gridctl.reconcile import (
@@ -45,8 +45,8 @@ COLUMNS = (
 STATE = COLUMNS.index("state")
 SELECT_ACTION = f"SELECT {', '.join(COLUMNS)} FROM actions"
 INSERT_ACTION = (
-    f"INSERT OR IGNORE INTO actions ({', '.join(COLUMNS)}) "
-    f"VALUES ({', '.join('?' for _ in COLUMNS)})"
+    f"INSERT INTO actions ({', '.join(COLUMNS)}) "
+    f"VALUES ({', '.join('?' for _ in COLUMNS)}) ON CONFLICT DO NOTHING"
 )
 TRIM_HISTORY = """
 DELETE FROM actions WHERE action_id IN (
@@ -54,7 +54,7 @@ DELETE FROM actions WHERE action_id IN (
         SELECT action_id, finished_at, queued, ROW_NUMBER() OVER (
             PARTITION BY kind, host_id, model_id, coalesce(artifact_sha256, '')
             ORDER BY attempt DESC) AS newest
-        FROM actions WHERE state != 'pending')
+        FROM actions WHERE state != 'pending') AS ranked
     WHERE newest > 1 AND action_id NOT IN (SELECT action_id FROM withdrawn)
     ORDER BY finished_at, queued LIMIT ?)
 """
@@ -167,9 +167,7 @@ def record_from_row(row: tuple[Any, ...]) -> ActionRecord:
     )
 
 
-def update_status(
-    conn: sqlite3.Connection, receipt: Receipt, decision: AckDecision, now: float
-) -> None:
+def update_status(conn: Transaction, receipt: Receipt, decision: AckDecision, now: float) -> None:
     status = decision.status
     assert status is not None
     if status.terminal:
@@ -186,7 +184,7 @@ def update_status(
         )
 
 
-def replace_memory(conn: sqlite3.Connection, memory: ControllerMemory) -> None:
+def replace_memory(conn: Transaction, memory: ControllerMemory) -> None:
     conn.execute("DELETE FROM withdrawn")
     conn.executemany(
         "INSERT INTO withdrawn (action_id, kind, host_id, model_id, withdrawn_at) "
@@ -207,10 +205,16 @@ def replace_memory(conn: sqlite3.Connection, memory: ControllerMemory) -> None:
     )
 
 
-def read_timing(conn: sqlite3.Connection, key: tuple[str, str, str, str]) -> LearnedTiming | None:
-    row = conn.execute(
-        "SELECT seconds, samples, updated_at FROM timings "
-        "WHERE host_id = ? AND model_id = ? AND artifact = ? AND kind = ?",
-        key,
-    ).fetchone()
-    return LearnedTiming(float(row[0]), int(row[1]), float(row[2])) if row else None
+SELECT_TIMING = (
+    "SELECT seconds, samples, updated_at FROM timings "
+    "WHERE host_id = ? AND model_id = ? AND artifact = ? AND kind = ?"
+)
+
+
+def timing_from_row(row: tuple[Any, ...]) -> LearnedTiming:
+    return LearnedTiming(float(row[0]), int(row[1]), float(row[2]))
+
+
+def read_timing(conn: Transaction, key: tuple[str, str, str, str]) -> LearnedTiming | None:
+    row = conn.execute(SELECT_TIMING, key).fetchone()
+    return timing_from_row(row) if row else None

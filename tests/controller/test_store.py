@@ -1,4 +1,8 @@
-"""The controller store: actions and receipts, timings, modes, generations, quarantine."""
+"""The controller store: actions and receipts, timings, modes, generations, quarantine.
+
+Every test taking ``store`` or ``open_store`` runs twice: on SQLite and on a
+real PostgreSQL server (``conftest``); quarantine and durability are SQLite's.
+"""
 
 from __future__ import annotations
 
@@ -23,19 +27,10 @@ from gridctl.reconcile import (
 )
 from gridctl.reconcile.generations import GENERATION_PATTERN
 
+from .conftest import StoreOpener
 from .storefixtures import T0, FakeClock, queued
 
 DAY = 86_400.0
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def store(tmp_path: Path, clock: FakeClock) -> ControllerStore:
-    return ControllerStore(tmp_path, clock=clock)
 
 
 def test_a_fresh_store_is_durable_and_quiet(store: ControllerStore) -> None:
@@ -44,16 +39,16 @@ def test_a_fresh_store_is_durable_and_quiet(store: ControllerStore) -> None:
 
 
 def test_enqueued_actions_come_back_pending_and_restored_after_reopen(
-    tmp_path: Path, clock: FakeClock
+    open_store: StoreOpener, clock: FakeClock
 ) -> None:
-    store = ControllerStore(tmp_path, clock=clock)
+    store = open_store()
     load, warm = queued(), queued(ActionKind.WARM)
     stored = store.apply_tick([load, warm], [], ControllerMemory())
     assert [p.queued for p in stored] == [1, 2]
     assert [p.action for p in store.pending()] == [load.action, warm.action]
     assert not any(p.restored for p in store.pending())
     store.close()
-    again = ControllerStore(tmp_path, clock=clock)
+    again = open_store()
     assert [(p.action, p.restored) for p in again.pending()] == [
         (load.action, True),
         (warm.action, True),
@@ -186,24 +181,24 @@ def test_timings_expire_after_thirty_days(store: ControllerStore, clock: FakeClo
 
 
 def test_plan_generations_follow_the_wire_pattern_and_only_grow(
-    tmp_path: Path, clock: FakeClock
+    open_store: StoreOpener, clock: FakeClock
 ) -> None:
-    store = ControllerStore(tmp_path, clock=clock)
+    store = open_store()
     first = store.next_plan_generation("sha256:4FC1")
     second = store.next_plan_generation("4fc1")
     assert GENERATION_PATTERN.match(str(first)) and str(first).endswith(":4fc1")
     assert first.older_than(second)
     store.close()
     clock.advance(-3600)  # a backwards wall clock changes nothing
-    again = ControllerStore(tmp_path, clock=clock)
+    again = open_store()
     third = again.next_plan_generation("ab")
     assert third.epoch == first.epoch and second.older_than(third)
 
 
 def test_memory_profiles_watermarks_and_evidence_round_trip(
-    tmp_path: Path, clock: FakeClock
+    open_store: StoreOpener, clock: FakeClock
 ) -> None:
-    store = ControllerStore(tmp_path, clock=clock)
+    store = open_store()
     memory = ControllerMemory(
         withdrawn=(WithdrawnDestructive("id1", ActionKind.DRAIN, "h1", "m", T0),),
         tombstones=(Tombstone("gone", T0, "c" * 64, 300.0),),
@@ -217,7 +212,7 @@ def test_memory_profiles_watermarks_and_evidence_round_trip(
     store.note_term(7)
     store.note_term(3)
     store.close()
-    again = ControllerStore(tmp_path, clock=clock)
+    again = open_store()
     assert again.memory() == memory
     assert again.last_good_profiles() == (
         "abc123",
@@ -230,9 +225,9 @@ def test_memory_profiles_watermarks_and_evidence_round_trip(
 
 
 def test_history_is_bounded_but_keeps_the_newest_attempt_of_every_key(
-    tmp_path: Path, clock: FakeClock
+    open_store: StoreOpener, clock: FakeClock
 ) -> None:
-    store = ControllerStore(tmp_path, clock=clock, history_limit=5)
+    store = open_store(history_limit=5)
     for attempt in range(8):
         p = queued(attempt=attempt)
         store.apply_tick([p], [], ControllerMemory())
@@ -266,11 +261,11 @@ def test_an_unusable_state_path_is_not_durable(tmp_path: Path, clock: FakeClock)
     assert store.effective_mode(Mode.AUTOMATIC)[0] is Mode.RECOMMEND
 
 
-def test_mode_override_persists_and_clears(tmp_path: Path, clock: FakeClock) -> None:
-    store = ControllerStore(tmp_path, clock=clock)
+def test_mode_override_persists_and_clears(open_store: StoreOpener, clock: FakeClock) -> None:
+    store = open_store()
     store.set_mode_override(Mode.AUTOMATIC)
     store.close()
-    again = ControllerStore(tmp_path, clock=clock)
+    again = open_store()
     assert again.effective_mode(Mode.RECOMMEND) == (Mode.AUTOMATIC, None)
     again.set_mode_override(None)
     assert again.effective_mode(Mode.OBSERVE) == (Mode.OBSERVE, None)
