@@ -1,0 +1,38 @@
+"""Fixtures shared across test packages: simulated machines in network namespaces."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from tests.netfleet import (
+    FAMILY,
+    NetFleet,
+    NetFleetUnavailable,
+    family_namespaces,
+    require_netns,
+    sweep_stale,
+)
+
+
+@pytest.fixture(scope="session")
+def netfleet_session() -> Iterator[None]:
+    """Sweep namespaces crashed runs left behind; at the end, prove this run left none."""
+    try:
+        require_netns()
+    except NetFleetUnavailable as exc:
+        pytest.fail(str(exc), pytrace=False)
+    sweep_stale()
+    yield
+    mine = f"{FAMILY}-{os.getpid()}-"
+    leftovers = [name for name in family_namespaces() if name.startswith(mine)]
+    assert not leftovers, f"network namespaces left behind: {leftovers}"
+
+
+@pytest.fixture
+def netfleet(netfleet_session: None) -> Iterator[NetFleet]:
+    """An empty fleet (hub bridge only); add machines with `netfleet.add_host(name)`."""
+    with NetFleet() as net:
+        yield net
