@@ -41,6 +41,7 @@ class FleetSettings:
     port: int = 22100
     capacity_mb: int = 0  # per logical host, computed when 0
     engine_port_base: int = PORT_BASE
+    worktree: bool = False  # the controller follows files on disk, not commits
 
     def key(self) -> dict[str, object]:
         return {k: v for k, v in asdict(self).items() if k != "capacity_mb"}
@@ -137,6 +138,7 @@ def start_fleet(settings: FleetSettings, *, detached: bool, say: object = print)
             str(controller_dir),
             "--listen",
             f"{settings.host}:{settings.port}",
+            *(["--worktree"] if settings.worktree else []),
         ],
         ctl_log,
         detached,

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from gridctl.client import DEFAULT_CONTROLLER
+from gridctl.controller.reading import DEFAULT_INTERVAL_SECONDS, SourceOptions
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -17,19 +18,102 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
+def parse_interval(value: str) -> float:
+    """``30s``, ``2m``, ``500ms`` or plain seconds, at least 100 ms."""
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    text = value.strip()
+    for suffix in ("ms", "s", "m", "h"):
+        if text.endswith(suffix):
+            number, scale = text[: -len(suffix)], units[suffix]
+            break
+    else:
+        number, scale = text, 1.0
+    try:
+        seconds = float(number) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--interval must be like 30s or 2m, not {value!r}"
+        ) from None
+    if not 0.1 <= seconds <= 86400:
+        raise argparse.ArgumentTypeError(f"--interval {value!r} must be between 100ms and 24h")
+    return seconds
+
+
+def source_options(args: argparse.Namespace) -> SourceOptions:
+    """The desired-source flags; raises ``ValueError`` naming the flag that cannot work."""
+    if args.verify_commits != (args.allowed_signers is not None):
+        raise ValueError("--verify-commits and --allowed-signers FILE go together")
+    if args.repo is not None and args.watch is not None:
+        raise ValueError("--repo and --watch are alternatives: pass one")
+    if args.worktree and args.watch is None:
+        raise ValueError("--worktree needs --watch DIR")
+    if args.path and args.repo is None:
+        raise ValueError("--path goes with --repo (with --watch, DIR is the directory)")
+    return SourceOptions(
+        worktree=bool(args.worktree),
+        repo_url=args.repo,
+        ref=args.ref,
+        path=args.path,
+        interval=args.interval,
+        allowed_signers=args.allowed_signers.resolve() if args.allowed_signers else None,
+    )
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "controller",
         help="run the reconciler daemon and the OpenAI-compatible router",
         description=(
-            "Watch DIR for desired state (all-or-nothing reloads), accept node registrations "
-            "and heartbeats, plan and reconcile on every change and periodically, deliver "
-            "fenced commands, and serve /v1 requests to ready engines. Without --watch, "
-            "profiles are managed with PUT/DELETE /allocator/models/{id}."
+            "Follow desired state in git (the tree of the commit a ref names, never the "
+            "working tree; all-or-nothing reloads), accept node registrations and heartbeats, "
+            "plan and reconcile on every change and periodically, deliver fenced commands, and "
+            "serve /v1 requests to ready engines. --watch DIR follows the branch checked out "
+            "in DIR's repository; --repo URL clones a remote into the state directory and "
+            "fetches it every --interval. Without either, profiles are managed with "
+            "PUT/DELETE /allocator/models/{id}."
         ),
     )
     parser.add_argument(
-        "--watch", type=Path, metavar="DIR", help="desired-state directory (the source of truth)"
+        "--watch",
+        type=Path,
+        metavar="DIR",
+        help="desired-state directory inside a git repository: its committed tree is the "
+        "source of truth",
+    )
+    parser.add_argument(
+        "--worktree",
+        action="store_true",
+        help="with --watch: follow the files on disk instead of commits (local experiments; "
+        "labelled 'worktree' in status)",
+    )
+    parser.add_argument(
+        "--repo", metavar="URL", help="a git repository URL (file://, a bare path) to clone"
+    )
+    parser.add_argument(
+        "--ref",
+        metavar="REF",
+        help="branch or ref to follow (default: the checked-out branch; the remote's HEAD)",
+    )
+    parser.add_argument(
+        "--path", default="", metavar="PATH", help="with --repo: the directory inside it"
+    )
+    parser.add_argument(
+        "--interval",
+        type=parse_interval,
+        default=DEFAULT_INTERVAL_SECONDS,
+        metavar="DURATION",
+        help="poll the ref this often besides watching it: 30s, 2m, 500ms (default 30s)",
+    )
+    parser.add_argument(
+        "--verify-commits",
+        action="store_true",
+        help="accept only commits with a good SSH signature by an --allowed-signers key",
+    )
+    parser.add_argument(
+        "--allowed-signers",
+        type=Path,
+        metavar="FILE",
+        help="ssh allowed-signers file (gpg.ssh.allowedSignersFile) for --verify-commits",
     )
     parser.add_argument(
         "--state",
@@ -69,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     host, port = args.listen
     try:
+        source = source_options(args)
         service = ControllerService(
             ServiceOptions(
                 state_dir=args.state,
@@ -76,11 +161,23 @@ def run(args: argparse.Namespace) -> int:
                 host=host,
                 port=port,
                 tick_interval=args.tick_interval,
+                source=source,
             )
         )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(f"gridctl controller on http://{host}:{port} (state {args.state})", flush=True)
+    if service.source is not None:
+        print(f"desired state: {describe_source(service.source.status())}", flush=True)
     service.run()
     return 0
+
+
+def describe_source(status: dict[str, object]) -> str:
+    if status.get("source") == "worktree":
+        return f"{status.get('directory')} ({status.get('note')})"
+    where = f"{status.get('repository')} {status.get('ref')} path {status.get('path')}"
+    if status.get("error"):
+        return f"{where}: {status['error']}"
+    return f"{where} at {str(status.get('revision') or 'nothing valid yet')[:12]}"

@@ -70,6 +70,28 @@ def _age(seconds: float | None) -> str:
     return f"{seconds:.0f}s" if seconds < 120 else f"{seconds / 60:.0f}m"
 
 
+def source_lines(desired: dict[str, Any]) -> list[str]:
+    """Where desired state comes from, and what is on disk but not applied."""
+    source = desired.get("source")
+    if source == "worktree":
+        return [f"source: worktree {desired.get('directory')} ({desired.get('note')})"]
+    if source != "git":
+        return [f"source: {source}"] if source else []
+    out = [
+        f"source: git {desired.get('repository')} {desired.get('ref')} path {desired.get('path')}"
+        + ("  (signed commits only)" if desired.get("verify_commits") else "")
+    ]
+    if desired.get("error"):
+        out.append(f"  source error: {desired['error']}")
+    tree = desired.get("working_tree") or {}
+    if tree.get("dirty"):
+        paths = tree.get("paths") or []
+        out.append(
+            f"  {tree.get('note')}: {', '.join(paths[:6])}" + (" ..." if len(paths) > 6 else "")
+        )
+    return out
+
+
 def render_status(doc: dict[str, Any]) -> str:
     lines: list[str] = []
     mode = doc["mode"]
@@ -93,6 +115,7 @@ def render_status(doc: dict[str, Any]) -> str:
             else ""
         )
     )
+    lines.extend(source_lines(desired))
     lines.append("")
     lines.append(f"{'HOST':<18} {'STATE':<12} {'USED/CAP MB':>14} {'HB':>5}  RESIDENCIES")
     for host in doc["hosts"]:

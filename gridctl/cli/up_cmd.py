@@ -47,7 +47,13 @@ def _fleet_args(parser: argparse.ArgumentParser) -> None:
         "--watch",
         default="policies",
         metavar="DIR",
-        help="desired-state directory (default policies)",
+        help="desired-state directory in a git repository; its commits are followed "
+        "(default policies)",
+    )
+    parser.add_argument(
+        "--worktree",
+        action="store_true",
+        help="follow the files on disk instead of commits (local experiments)",
     )
     parser.add_argument(
         "--state-dir",
@@ -70,6 +76,7 @@ def _settings(args: argparse.Namespace) -> FleetSettings:
     return FleetSettings(
         machines=args.machines,
         watch_dir=str(Path(args.watch).resolve()),
+        worktree=args.worktree,
         state_root=str(Path(root).resolve()),
         port=args.port,
         engine_port_base=args.engine_port_base,

@@ -7,6 +7,7 @@ error names its file, line, column and JSON pointer.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 from jsonschema.exceptions import ValidationError
 
 from gridctl.config import resolving
-from gridctl.config.revision import content_digest, revision_of
+from gridctl.config.revision import revision_of
 from gridctl.config.schemas import (
     KIND_SCHEMAS,
     fill_defaults,
@@ -202,23 +203,22 @@ def _build_state(checked: list[Checked], revision: str, dirty: bool) -> DesiredS
     )
 
 
-def check_directory(path: str | Path) -> LoadReport:
-    """Load and check ``path`` (a directory or one file); never raises on bad input."""
-    root = Path(path)
-    shown_root = _display(root.resolve()) if root.is_absolute() else str(path)
-    if not root.exists():
-        issue = ConfigIssue(shown_root, 0, 0, message="no such file or directory")
-        return LoadReport(shown_root, "", True, 0, errors=[issue])
-    errors: list[ConfigIssue] = []
+def check_texts(
+    shown_root: str,
+    texts: list[tuple[str, str]],
+    problems: list[ConfigIssue],
+    revise: Callable[[list[Any]], tuple[str, bool]],
+) -> LoadReport:
+    """Check YAML ``texts`` (shown name, text) read from one source, all or nothing.
+
+    ``problems`` are the files that could not be read; ``revise`` names the revision
+    from the canonical documents (raw texts when invalid), so a working tree and a
+    commit's tree load through exactly the same checks.
+    """
+    errors = list(problems)
     sources: list[SourceDocument] = []
     raw_texts: list[str] = []
-    for file in yaml_files(root):
-        shown = _display(file) if root.is_absolute() else str(file)
-        text, problem = _read(file, shown)
-        if problem:
-            errors.append(problem)
-            continue
-        assert text is not None
+    for shown, text in texts:
         raw_texts.append(shown + "\n" + text)
         documents, issues = parse_yaml(text, shown)
         errors.extend(issues)
@@ -233,17 +233,35 @@ def check_directory(path: str | Path) -> LoadReport:
     cross_errors, warnings = check_documents(checked)
     errors.extend(cross_errors)
 
-    directory = root if root.is_dir() else root.parent
     if errors:
-        revision, dirty = revision_of(directory, raw_texts)
-        if dirty:
-            revision = content_digest(raw_texts)
+        revision, dirty = revise(raw_texts)
         return LoadReport(
             shown_root, revision, dirty, len(sources), sorted(errors), sorted(warnings)
         )
-    revision, dirty = revision_of(directory, [d.data for d in checked])
+    revision, dirty = revise([d.data for d in checked])
     state = _build_state(checked, revision, dirty)
     return LoadReport(shown_root, revision, dirty, len(checked), [], sorted(warnings), state)
+
+
+def check_directory(path: str | Path) -> LoadReport:
+    """Load and check ``path`` (a directory or one file) as it is on disk; never raises."""
+    root = Path(path)
+    shown_root = _display(root.resolve()) if root.is_absolute() else str(path)
+    if not root.exists():
+        issue = ConfigIssue(shown_root, 0, 0, message="no such file or directory")
+        return LoadReport(shown_root, "", True, 0, errors=[issue])
+    problems: list[ConfigIssue] = []
+    texts: list[tuple[str, str]] = []
+    for file in yaml_files(root):
+        shown = _display(file) if root.is_absolute() else str(file)
+        text, problem = _read(file, shown)
+        if problem:
+            problems.append(problem)
+            continue
+        assert text is not None
+        texts.append((shown, text))
+    directory = root if root.is_dir() else root.parent
+    return check_texts(shown_root, texts, problems, lambda docs: revision_of(directory, docs))
 
 
 def load_directory(path: str | Path) -> DesiredState:

@@ -27,6 +27,7 @@ from gridctl.config.resolving import policy_from_document
 from gridctl.controller.app import ControllerApp
 from gridctl.controller.control import Controller
 from gridctl.controller.desired import ApiDesired, DesiredProvider
+from gridctl.controller.reading import SourceOptions, make_reader
 from gridctl.controller.registry import Registry
 from gridctl.controller.statusdoc import build_status
 from gridctl.controller.stores import DEFAULT_LEASE_SECONDS
@@ -67,6 +68,7 @@ class ServiceOptions:
     clock: Callable[[], float] = time.time
     upstream_transport: httpx.AsyncBaseTransport | None = None
     extra_warnings: list[str] = field(default_factory=list)
+    source: SourceOptions = field(default_factory=SourceOptions)  # ref, remote, signatures
 
 
 class ControllerService:
@@ -93,8 +95,9 @@ class ControllerService:
         self.registry = Registry()
         self.store = open_store(state_dir, clock=clock)
         desired: DesiredProvider
-        if options.watch_dir is not None:
-            self.source: DesiredSource | None = DesiredSource(options.watch_dir, clock)
+        if options.watch_dir is not None or options.source.repo_url is not None:
+            reader = make_reader(options.watch_dir, options.source, state_dir)
+            self.source: DesiredSource | None = DesiredSource(options.watch_dir, clock, reader)
             self.source.reload()
             desired = self.source
         else:

@@ -1,13 +1,17 @@
-"""The watched directory: reload all-or-nothing on every change.
+"""The watched desired state: reload all-or-nothing whenever the source moves.
 
-A valid revision replaces the desired state; an invalid one is recorded as
-rejected with every error and the last good revision stays in force. The next
-good commit is picked up as soon as it lands.
+The source is a git ref by default (the tree of the commit it names, read by
+``gridctl.controller.reading``), or the working tree with ``--worktree``. A
+valid revision replaces the desired state; an invalid or unsigned one is
+recorded as rejected with every error and the last good revision stays in
+force. New commits are noticed from ref and ``.git`` events and, failing those
+(a remote, a missed event), every poll interval.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections import deque
@@ -17,8 +21,7 @@ from pathlib import Path
 
 import watchfiles
 
-from gridctl.config import check_directory
-from gridctl.config.loading import YAML_SUFFIXES
+from gridctl.controller.reading import SourceReader, WorktreeReader
 from gridctl.domain import DesiredState
 from gridctl.errors import ConfigIssue
 
@@ -42,22 +45,43 @@ class RejectedRevision:
 
 @dataclass
 class DesiredSource:
-    """The current desired state of a watched directory and its revision history."""
+    """The current desired state of a watched source and its revision history."""
 
-    directory: Path
+    directory: Path | None
     clock: Callable[[], float]
+    reader: SourceReader | None = None
     current: DesiredState | None = None
     last_good_at: float | None = None
     latest_revision: str | None = None
     warnings: tuple[ConfigIssue, ...] = ()
     rejected: deque[RejectedRevision] = field(default_factory=lambda: deque(maxlen=MAX_REJECTED))
+    details: dict[str, object] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def __post_init__(self) -> None:
+        if self.reader is None:
+            if self.directory is None:
+                raise ValueError("a desired source needs a directory or a reader")
+            self.reader = WorktreeReader(self.directory)
+
+    @property
+    def interval(self) -> float:
+        return self.source_reader.interval
+
+    @property
+    def source_reader(self) -> SourceReader:
+        assert self.reader is not None
+        return self.reader
+
     def reload(self) -> bool:
-        """Re-read the directory; True when the desired state changed."""
-        report = check_directory(self.directory)
+        """Re-read the source; True when the desired state changed."""
+        reading = self.source_reader.read()
         now = self.clock()
+        report = reading.report
         with self._lock:
+            self.details = reading.details
+            if report is None:
+                return False  # the source could not be read (status names why)
             self.latest_revision = report.revision
             if report.state is None:
                 already = self.rejected and self.rejected[-1].revision == report.revision
@@ -97,9 +121,11 @@ class DesiredSource:
                 if self.rejected and self.rejected[-1].revision == self.latest_revision
                 else None
             )
+            details = dict(self.details) or self.source_reader.describe()
             return {
-                "source": "watch",
-                "directory": str(self.directory),
+                "source": self.source_reader.label,
+                "directory": str(self.directory) if self.directory else None,
+                **details,
                 "revision": current.revision if current else None,
                 "dirty": current.dirty if current else None,
                 "last_good_revision": current.revision if current else None,
@@ -111,16 +137,29 @@ class DesiredSource:
             }
 
 
-def _is_yaml(change: watchfiles.Change, path: str) -> bool:
-    return path.endswith(YAML_SUFFIXES) and "/.git/" not in path
-
-
 async def watch_directory(
     source: DesiredSource, on_change: Callable[[], None], stop: asyncio.Event
 ) -> None:
-    """Reload ``source`` on every YAML change under its directory until ``stop`` is set."""
+    """Reload ``source`` on every relevant file or ref event, and at least every poll
+    interval, until ``stop`` is set."""
+    reader = source.source_reader
+    paths = reader.watch_paths()
+    if not paths:  # nothing local to watch: poll
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=source.interval)
+            if not stop.is_set():
+                await asyncio.to_thread(source.reload)
+                on_change()
+        return
     async for _changes in watchfiles.awatch(
-        source.directory, watch_filter=_is_yaml, stop_event=stop, debounce=200, recursive=True
+        *paths,
+        watch_filter=lambda _change, path: reader.wants(path),
+        stop_event=stop,
+        debounce=200,
+        recursive=True,
+        rust_timeout=int(source.interval * 1000),
+        yield_on_timeout=True,
     ):
-        source.reload()
-        on_change()  # a new state and a rejection are both news for the tick loop
+        await asyncio.to_thread(source.reload)
+        on_change()  # a new state, a rejection and a dirty tree are all news for status

@@ -165,6 +165,9 @@ class DesiredView:
     latest_seen_revision: str | None
     rejected: tuple[RejectedRevision, ...]
     warnings: tuple[str, ...]
+    where: str = ""  # repository, ref and path of a git source
+    note: str = ""  # "dirty working tree, not applied", the worktree label, a source error
+    uncommitted: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -427,7 +430,27 @@ def desired_view(status: Mapping[str, Any], now: float) -> DesiredView:
         latest_seen_revision=desired.get("latest_seen_revision"),
         rejected=rejected,
         warnings=tuple(render_issue(issue) for issue in _items(desired.get("warnings"))),
+        **_source_fields(desired),
     )
+
+
+def _source_fields(desired: Mapping[str, Any]) -> dict[str, Any]:
+    """Where a git source reads from and what the working tree holds beyond the commit."""
+    tree = desired.get("working_tree")
+    tree = tree if isinstance(tree, Mapping) else {}
+    dirty = bool(tree.get("dirty"))
+    where = ""
+    if desired.get("source") == "git":
+        where = f"{desired.get('repository')} {desired.get('ref')} path {desired.get('path')}"
+    note = _str(desired.get("error")) or (
+        _str(tree.get("note")) if dirty else _str(desired.get("note"))
+    )
+    paths = tree.get("paths") if dirty else ()
+    return {
+        "where": where,
+        "note": note,
+        "uncommitted": tuple(str(p) for p in paths or ()),
+    }
 
 
 def _last_tick(status: Mapping[str, Any], now: float) -> str:

@@ -242,7 +242,7 @@ def base_document(*, mode: str = "recommend", revision: str = "4f2c9a1") -> Doc:
         },
         "mode": {"effective": mode, "desired": mode, "override": None, "refused_automatic": None},
         "desired": {
-            "source": "watch",
+            "source": "git",
             "directory": "policies",
             "revision": revision,
             "dirty": False,

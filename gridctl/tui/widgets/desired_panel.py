@@ -38,7 +38,11 @@ def desired_text(view: DashboardView, needle: str) -> Text:
     text = mode_text(view.mode)
     dirty = " (uncommitted changes)" if desired.dirty else ""
     text.append("\nsource    ", style="bold")
-    text.append(f"{desired.source} {desired.directory or ''}".rstrip())
+    text.append(f"{desired.source} {desired.where or desired.directory or ''}".rstrip())
+    if desired.note:
+        text.append(f"\n          {desired.note}", style="bold yellow")
+        if desired.uncommitted:
+            text.append(f": {', '.join(desired.uncommitted[:6])}", style="yellow")
     text.append("\nrevision  ", style="bold")
     text.append(f"{desired.revision or 'none'}{dirty}")
     text.append("\nlast good ", style="bold")
