@@ -1,14 +1,22 @@
-"""Median plan time of the placement planner on mixed synthetic fleets.
+"""Median plan time of the placement planner on two synthetic fleet shapes.
 
-Sizes (hosts x models): 8x8, 64x32, 256x64 and 1,000x200, with mixed demand
-(direct, correlation-only, none) and about half the hosts holding residencies.
-Prints the median wall-clock (and CPU) time over several runs per size, the
-growth exponent between consecutive sizes (log time ratio / log of the hosts x
-models ratio) and the load average, since a shared machine makes wall-clock
-times noisy. ``--saturated`` makes every model hot and every GPU host full,
-the proactive repack's worst case.
+Sizes (hosts x models): 8x8, 64x32, 256x64 and 1,000x200, in two shapes:
 
-    python benchmarks/planner.py [--runs N] [--profile SIZE] [--saturated]
+- mixed: mixed demand (direct, correlation-only, none) and about half the
+  hosts holding residencies, so few new replicas are placed;
+- cold: a new deployment: hosts of four kinds, nine in ten of them empty,
+  models with a minimum of 0-1 and a maximum of 1-4 replicas, direct demand
+  on about 70% of them and a two-domain minimum on about a quarter, so
+  nearly every replica is a new placement.
+
+Prints, per shape, the median wall-clock and CPU time over several runs per
+size, the growth exponent of CPU time between consecutive sizes and over the
+whole range (log time ratio / log of the hosts x models ratio) and the load
+average, since a shared machine makes wall-clock times noisy. ``--saturated``
+makes every model hot and every GPU host full (the proactive repack's worst
+case) in the mixed shape.
+
+    python benchmarks/planner.py [--runs N] [--cold | --mixed] [--profile SIZE] [--saturated]
 """
 
 from __future__ import annotations
@@ -142,6 +150,54 @@ def inputs(hosts: int, models: int, seed: int = 7) -> tuple[list[ModelProfile], 
     return profiles, snapshot
 
 
+def make_cold_profiles(rng: random.Random, count: int) -> list[ModelProfile]:
+    profiles = []
+    for i in range(count):
+        gpu_only = rng.random() < 0.15
+        minimum = rng.choice((0, 1))
+        profiles.append(
+            ModelProfile(
+                name=f"model-{i:03d}",
+                memory_mb=rng.choice((2048, 4096, 8192, 12288, 24576)),
+                runtime_memory_mb={"vllm": 20480} if gpu_only else {},
+                runtimes=("llama.cpp", "vllm") if gpu_only else ("llama.cpp",),
+                required_tags=("gpu",) if gpu_only else (),
+                data_tier=rng.choice((DataTier.INTERNAL, DataTier.INTERNAL, DataTier.CONFIDENTIAL)),
+                min_replicas=minimum,
+                max_replicas=rng.randint(max(1, minimum), 4),
+                priority=rng.choice((10, 50, 50, 90)),
+                min_failure_domains=rng.choice((1, 1, 1, 2)),
+            )
+        )
+    return profiles
+
+
+def make_cold_hosts(
+    rng: random.Random, count: int, profiles: list[ModelProfile]
+) -> list[HostSnapshot]:
+    hosts = make_hosts(rng, count, profiles)
+    cold = []
+    for host in hosts:
+        keep = host.residencies if rng.random() < 0.1 else ()
+        cold.append(replace(host, residencies=keep, state=HostState.ACCEPTING))
+    return cold
+
+
+def cold_inputs(hosts: int, models: int, seed: int = 7) -> tuple[list[ModelProfile], FleetSnapshot]:
+    """A new deployment: mostly empty hosts, nearly every replica a new placement."""
+    rng = random.Random(seed)
+    profiles = make_cold_profiles(rng, models)
+    demand = tuple(
+        ModelDemand(p.name, requests_per_minute=rng.choice((6.0, 30.0, 120.0, 600.0)))
+        for p in profiles
+        if rng.random() < 0.7
+    )
+    snapshot = FleetSnapshot(
+        now=NOW, hosts=tuple(make_cold_hosts(rng, hosts, profiles)), demand=demand
+    )
+    return profiles, snapshot
+
+
 def saturate(snapshot: FleetSnapshot, profiles: list[ModelProfile]) -> FleetSnapshot:
     """Every model hot and every GPU host full: the proactive repack's worst case."""
     demand = tuple(ModelDemand(p.name, requests_per_minute=600.0) for p in profiles)
@@ -160,21 +216,29 @@ def saturate(snapshot: FleetSnapshot, profiles: list[ModelProfile]) -> FleetSnap
     return replace(snapshot, hosts=tuple(hosts), demand=demand)
 
 
-def median_ms(hosts: int, models: int, runs: int, saturated: bool = False) -> tuple[float, float]:
-    """Median wall-clock and CPU milliseconds of one plan."""
-    profiles, snapshot = inputs(hosts, models)
-    if saturated:
+def shape_inputs(shape: str, hosts: int, models: int) -> tuple[list[ModelProfile], FleetSnapshot]:
+    return cold_inputs(hosts, models) if shape == "cold" else inputs(hosts, models)
+
+
+def median_ms(
+    shape: str, hosts: int, models: int, runs: int, saturated: bool = False
+) -> tuple[float, float, int]:
+    """Median wall-clock and CPU milliseconds of one plan, and the new replicas it placed."""
+    profiles, snapshot = shape_inputs(shape, hosts, models)
+    if saturated and shape == "mixed":
         snapshot = saturate(snapshot, profiles)
     policy = ControllerPolicy()
     wall = []
     cpu = []
+    plan = plan_placement(profiles, snapshot, policy)  # warm-up, outside the timing
     for _ in range(runs):
         started = time.perf_counter()
         started_cpu = time.process_time()
         plan_placement(profiles, snapshot, policy)
         cpu.append((time.process_time() - started_cpu) * 1000.0)
         wall.append((time.perf_counter() - started) * 1000.0)
-    return statistics.median(wall), statistics.median(cpu)
+    placed = sum(1 for a in plan.assignments if not a.existing)
+    return statistics.median(wall), statistics.median(cpu), placed
 
 
 def load_average() -> str:
@@ -184,37 +248,55 @@ def load_average() -> str:
         return "unknown"
 
 
+def growth(size: int, ms: float, prev_size: int, prev_ms: float) -> str:
+    return f"{math.log(ms / prev_ms) / math.log(size / prev_size):.2f}"
+
+
+def print_shape(shape: str, runs_wanted: int, saturated: bool) -> None:
+    label = f"{shape} shape" + (" (saturated)" if saturated and shape == "mixed" else "")
+    print(f"{label}:")
+    print(f"{'hosts x models':>15} {'median ms':>10} {'cpu ms':>8} {'placed':>7} {'growth':>7}")
+    previous: tuple[int, float] | None = None
+    first: tuple[int, float] | None = None
+    for hosts, models in SIZES:
+        runs = runs_wanted if hosts * models < 100_000 else max(3, runs_wanted // 2)
+        ms, cpu, placed = median_ms(shape, hosts, models, runs, saturated)
+        size = hosts * models
+        step = "" if previous is None else growth(size, cpu, *previous)
+        print(f"{hosts:>7} x {models:<5} {ms:>10.1f} {cpu:>8.1f} {placed:>7} {step:>7}")
+        previous = (size, cpu)
+        if first is None and hosts >= 64:
+            first = (size, cpu)
+    if first is not None and previous is not None and previous[0] > first[0]:
+        print(f"growth exponent 64x32 -> 1000x200 (cpu): {growth(*previous, *first)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--profile", metavar="HxM", help="cProfile one size, e.g. 1000x200")
+    only = parser.add_mutually_exclusive_group()
+    only.add_argument("--cold", action="store_true", help="only the cold (new deployment) shape")
+    only.add_argument("--mixed", action="store_true", help="only the mixed (incumbent) shape")
     parser.add_argument(
         "--saturated",
         action="store_true",
         help="every model hot and every GPU host full (the proactive repack's worst case)",
     )
     args = parser.parse_args()
+    shapes = ("cold",) if args.cold else ("mixed",) if args.mixed else ("mixed", "cold")
     if args.profile:
         hosts, models = (int(v) for v in args.profile.split("x"))
-        profiles, snapshot = inputs(hosts, models)
-        if args.saturated:
+        profiles, snapshot = shape_inputs(shapes[-1], hosts, models)
+        if args.saturated and shapes[-1] == "mixed":
             snapshot = saturate(snapshot, profiles)
         profiler = cProfile.Profile()
         profiler.runcall(plan_placement, profiles, snapshot, ControllerPolicy())
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
         return
-    previous: tuple[int, float] | None = None
     print(f"load average before: {load_average()}")
-    print(f"{'hosts x models':>15} {'median ms':>10} {'cpu ms':>8} {'growth':>7}")
-    for hosts, models in SIZES:
-        runs = args.runs if hosts * models < 100_000 else max(3, args.runs // 2)
-        ms, cpu = median_ms(hosts, models, runs, args.saturated)
-        growth = ""
-        if previous is not None:
-            size, prev_ms = previous
-            growth = f"{math.log(ms / prev_ms) / math.log(hosts * models / size):.2f}"
-        print(f"{hosts:>7} x {models:<5} {ms:>10.1f} {cpu:>8.1f} {growth:>7}")
-        previous = (hosts * models, ms)
+    for shape in shapes:
+        print_shape(shape, args.runs, args.saturated)
     print(f"load average after: {load_average()}")
 
 
