@@ -3,12 +3,21 @@
 A plan is data, never an exception: an unplaceable model is an ``Unsatisfied``
 entry with a stable code. Every (model, host) pair the planner considered has a
 ``CandidateExplanation`` saying why it was rejected or how it scored.
+
+Candidate rows are the largest part of a plan (one per host per model) and
+most readers never look at them, so a model's ``candidates`` may be a
+``LazyRows``: a read-only sequence that builds its rows on first read, once.
+It equals, hashes and iterates like the tuple it stands for.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Generic, TypeVar, overload
+
+Row = TypeVar("Row")
 
 
 class DemandClass(StrEnum):
@@ -38,6 +47,49 @@ class ScoreComponent:
     value: float
 
 
+class LazyRows(Sequence[Row], Generic[Row]):
+    """A tuple of rows built by ``build`` on first read (``build`` must be pure)."""
+
+    __slots__ = ("_build", "_rows")
+
+    def __init__(self, build: Callable[[], tuple[Row, ...]]) -> None:
+        self._build: Callable[[], tuple[Row, ...]] | None = build
+        self._rows: tuple[Row, ...] = ()
+
+    def rows(self) -> tuple[Row, ...]:
+        """The rows as a plain tuple (built now if not yet)."""
+        if self._build is not None:
+            self._rows = self._build()
+            self._build = None  # drop what the builder kept alive
+        return self._rows
+
+    @overload
+    def __getitem__(self, index: int) -> Row: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Row, ...]: ...
+    def __getitem__(self, index: int | slice) -> Row | tuple[Row, ...]:
+        return self.rows()[index]
+
+    def __len__(self) -> int:
+        return len(self.rows())
+
+    def __iter__(self) -> Iterator[Row]:
+        return iter(self.rows())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, LazyRows):
+            return self.rows() == other.rows()
+        if isinstance(other, tuple):
+            return self.rows() == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.rows())
+
+    def __repr__(self) -> str:
+        return repr(self.rows())
+
+
 @dataclass(frozen=True)
 class CandidateExplanation:
     """One host considered for one model: a rejection code, or the named score parts."""
@@ -56,7 +108,7 @@ class ModelExplanation:
     target_replicas: int
     target_reason: str
     demand_class: DemandClass | None
-    candidates: tuple[CandidateExplanation, ...] = ()
+    candidates: Sequence[CandidateExplanation] = ()
 
 
 @dataclass(frozen=True)
@@ -106,3 +158,10 @@ class Plan:
 
     def assignments_for(self, model_id: str) -> tuple[Assignment, ...]:
         return tuple(a for a in self.assignments if a.model_id == model_id)
+
+    def explanation_of(self, model_id: str) -> ModelExplanation | None:
+        """One model's explanation (its candidate rows are built only when read)."""
+        for explanation in self.explanations:
+            if explanation.model_id == model_id:
+                return explanation
+        return None

@@ -153,20 +153,62 @@ def _general(value: object, memo: dict[str, str]) -> str:
     return _text(str(value), memo)
 
 
+class InputTexts:
+    """Canonical texts of inputs that repeat, unchanged, across the plans of one search.
+
+    A portfolio search plans the same profiles, policy and hosts many times with
+    different demand; it passes one ``InputTexts`` to each plan so their canonical
+    text is built once. Values are remembered by identity (and kept alive here,
+    so an identity is never reused), which is exact for frozen inputs.
+    """
+
+    def __init__(self) -> None:
+        self.strings: dict[str, str] = {}
+        self._by_identity: dict[int, tuple[object, str]] = {}
+
+    def text(self, value: object) -> str:
+        if not _frozen(value):
+            return canonical_text(value, self.strings)  # may change between plans
+        hit = self._by_identity.get(id(value))
+        if hit is not None and hit[0] is value:
+            return hit[1]
+        found = canonical_text(value, self.strings)
+        self._by_identity[id(value)] = (value, found)
+        return found
+
+    def fields_text(self, value: object) -> str:
+        """A dataclass as ``canonical_text`` writes it, each field's text remembered."""
+        names = sorted(f.name for f in dataclasses.fields(value))  # type: ignore[arg-type]
+        body = [f"{encode_basestring_ascii(n)}:{self.text(getattr(value, n))}" for n in names]
+        return "{" + ",".join(body) + "}"
+
+
+def _frozen(value: object) -> bool:
+    if type(value) is tuple:
+        return True
+    params = getattr(type(value), "__dataclass_params__", None)
+    return params is not None and bool(params.frozen)
+
+
 def input_digest(
-    profiles: Sequence[ModelProfile], snapshot: FleetSnapshot, policy: ControllerPolicy
+    profiles: Sequence[ModelProfile],
+    snapshot: FleetSnapshot,
+    policy: ControllerPolicy,
+    texts: InputTexts | None = None,
 ) -> str:
     """SHA-256 of the canonical serialisation of every planning input."""
-    strings: dict[str, str] = {}
+    if texts is None:
+        strings: dict[str, str] = {}
+        policy_text = canonical_text(policy, strings)
+        profiles_text = canonical_text(list(profiles), strings)
+        snapshot_text = canonical_text(snapshot, strings)
+    else:
+        policy_text = texts.text(policy)
+        profiles_text = texts.text(profiles if isinstance(profiles, tuple) else list(profiles))
+        snapshot_text = texts.fields_text(snapshot)
     text = (
-        '{"policy":'
-        + canonical_text(policy, strings)
-        + ',"profiles":'
-        + canonical_text(list(profiles), strings)
-        + ',"snapshot":'
-        + canonical_text(snapshot, strings)
-        + "}"
-    )
+        '{"policy":' + policy_text + ',"profiles":' + profiles_text + ',"snapshot":' + snapshot_text
+    ) + "}"
     return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 

@@ -9,16 +9,19 @@ are statically rejected, or eligible but not evaluated. Those are not booked
 one by one; ``StaticRows`` derives them at the end from the host shapes (one
 static rejection per model and shape, one static score per model and host
 class) and shares equal explanations of one host between models, so a plan of
-1,000 hosts and 200 models does not build 200,000 values.
+1,000 hosts and 200 models does not build 200,000 values. A model's rows are
+built only when read (``--explain``, status, the dashboard): a plan that is
+only reconciled never builds them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from functools import partial
 from typing import TYPE_CHECKING
 
-from gridctl.domain import CandidateExplanation, ModelExplanation, ScoreComponent
+from gridctl.domain import CandidateExplanation, LazyRows, ModelExplanation, ScoreComponent
 from gridctl.planner.rejections import Rejection
 from gridctl.planner.scoring import Components
 from gridctl.planner.targets import ReplicaTarget
@@ -191,34 +194,40 @@ class ExplanationBook:
 
         Hosts of a model that never searched (its incumbents already met the
         target) are listed as eligible, unscored; hosts a search ranked but did
-        not reach carry their static score parts.
+        not reach carry their static score parts. Each model's candidate rows
+        are built when first read: the book must not change after this call.
         """
         cells = Candidates()
         position = {host_id: index for index, host_id in enumerate(hosts)}
         explanations: list[ModelExplanation] = []
         for model_id in sorted(targets):
             target = targets[model_id]
-            entries = self._entries.get(model_id, {})
-            chosen = self._chosen.get(model_id, set())
-            notes = self._notes.get(model_id, {})
-            touched = set(entries) | chosen | set(notes)
-            row = static.row(model_id, cells, touched)
-            if touched:
-                row = list(row)
-                for host_id in touched:
-                    entry = entries.get(host_id)
-                    note = notes.get(host_id, "")
-                    if entry is None:
-                        entry, default_note = static.entry(model_id, host_id)
-                        note = note or default_note
-                    row[position[host_id]] = cells.make(host_id, entry, host_id in chosen, note)
             explanations.append(
                 ModelExplanation(
                     model_id=model_id,
                     target_replicas=target.replicas,
                     target_reason=target.reason,
                     demand_class=target.first_class,
-                    candidates=tuple(row),
+                    candidates=LazyRows(partial(self._row, model_id, cells, position, static)),
                 )
             )
         return tuple(explanations)
+
+    def _row(
+        self, model_id: str, cells: Candidates, position: Mapping[str, int], static: StaticRows
+    ) -> tuple[CandidateExplanation, ...]:
+        entries = self._entries.get(model_id, {})
+        chosen = self._chosen.get(model_id, set())
+        notes = self._notes.get(model_id, {})
+        touched = set(entries) | chosen | set(notes)
+        row = static.row(model_id, cells, touched)
+        if touched:
+            row = list(row)
+            for host_id in touched:
+                entry = entries.get(host_id)
+                note = notes.get(host_id, "")
+                if entry is None:
+                    entry, default_note = static.entry(model_id, host_id)
+                    note = note or default_note
+                row[position[host_id]] = cells.make(host_id, entry, host_id in chosen, note)
+        return tuple(row)

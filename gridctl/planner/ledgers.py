@@ -12,7 +12,9 @@ Two memory ledgers, as the spec demands:
   reserve and thermal derating. Zero-allocation incumbents are charged here.
 
 Beside them: serving slots, colocation members and the cumulative artifact
-disk reservation of uncached new placements.
+disk reservation of uncached new placements. Every change notes the host in
+the plan's shared ``journal``, so indexes over ledgers (the host classes)
+re-read only the hosts that changed.
 """
 
 from __future__ import annotations
@@ -28,14 +30,16 @@ class HostLedger:
         "desired_mb",
         "desired_models",
         "disk_mb",
+        "journal",
         "new_mb",
         "new_models",
         "reserved",
         "view",
     )
 
-    def __init__(self, view: HostView) -> None:
+    def __init__(self, view: HostView, journal: set[str] | None = None) -> None:
         self.view = view
+        self.journal: set[str] = set() if journal is None else journal
         self.new_mb = 0
         self.disk_mb = 0
         # memory no plan can take away is charged before anything is kept or added
@@ -66,12 +70,14 @@ class HostLedger:
     # -- changes -----------------------------------------------------------
     def keep_existing(self, model_id: str, memory_mb: int, charged: bool) -> None:
         """Keep a live residency; ``charged`` is False when its memory is already fixed."""
+        self.journal.add(self.view.host_id)
         self.assigned.add(model_id)
         self.desired_models.add(model_id)
         if charged:
             self.desired_mb += memory_mb
 
     def drop_existing(self, model_id: str, memory_mb: int, charged: bool) -> None:
+        self.journal.add(self.view.host_id)
         self.assigned.discard(model_id)
         if model_id not in self.view.fixed_models:
             self.desired_models.discard(model_id)
@@ -79,6 +85,7 @@ class HostLedger:
             self.desired_mb -= memory_mb
 
     def add_new(self, model_id: str, memory_mb: int, disk_mb: int) -> None:
+        self.journal.add(self.view.host_id)
         self.assigned.add(model_id)
         self.desired_models.add(model_id)
         self.new_models.add(model_id)
@@ -87,6 +94,7 @@ class HostLedger:
         self.disk_mb += disk_mb
 
     def remove_new(self, model_id: str, memory_mb: int, disk_mb: int) -> None:
+        self.journal.add(self.view.host_id)
         self.assigned.discard(model_id)
         self.desired_models.discard(model_id)
         self.new_models.discard(model_id)
@@ -96,6 +104,7 @@ class HostLedger:
 
     def reserve(self, model_id: str, memory_mb: int) -> None:
         """Hold desired capacity and a slot for a staged preemption's beneficiary."""
+        self.journal.add(self.view.host_id)
         self.reserved.add(model_id)
         self.desired_models.add(model_id)
         self.desired_mb += memory_mb

@@ -20,7 +20,7 @@ from gridctl.domain import (
     Unsatisfied,
     UnsatisfiedCode,
 )
-from gridctl.planner.canonical import input_digest
+from gridctl.planner.canonical import InputTexts, input_digest
 from gridctl.planner.explaining import StaticRows
 from gridctl.planner.rounds import place_pins, place_rounds
 from gridctl.planner.seeding import seed_incumbents
@@ -32,11 +32,20 @@ def plan_placement(
     profiles: Sequence[ModelProfile],
     snapshot: FleetSnapshot,
     policy: ControllerPolicy | None = None,
+    *,
+    by_class: bool = True,
+    texts: InputTexts | None = None,
 ) -> Plan:
-    """Plan which replicas belong on which host, what to preempt and what cannot be met."""
+    """Plan which replicas belong on which host, what to preempt and what cannot be met.
+
+    ``by_class=False`` searches host by host instead of by host class: the
+    same plan, byte for byte, kept as the reference the class search is
+    checked against. ``texts`` shares the canonical text of unchanged inputs
+    between the plans of one search (the digest is the same either way).
+    """
     policy = policy or ControllerPolicy()
-    digest = input_digest(profiles, snapshot, policy)
-    ws = Workspace(profiles, snapshot, policy)
+    digest = input_digest(profiles, snapshot, policy, texts)
+    ws = Workspace(profiles, snapshot, policy, by_class)
     set_targets(ws)
     ws.build_scarcity()
     seed_incumbents(ws)

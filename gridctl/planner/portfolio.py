@@ -22,6 +22,7 @@ from gridctl.domain import (
     Plan,
     WorkloadCatalog,
 )
+from gridctl.planner.canonical import InputTexts
 from gridctl.planner.planning import plan_placement
 from gridctl.planner.portfolio_admission import admission_rows
 from gridctl.planner.portfolio_scan import FeasibilityScan, gate, spare_capacity_proof
@@ -67,9 +68,10 @@ def inputs_from_picture(
 
 def plan_portfolio(inputs: PortfolioInputs) -> PortfolioResult:
     profiles, policy = inputs.profiles, inputs.policy
+    texts = InputTexts()  # profiles, policy and hosts are serialised once for every plan
 
     def planner(snapshot: FleetSnapshot) -> Plan:
-        return plan_placement(profiles, snapshot, policy)
+        return plan_placement(profiles, snapshot, policy, texts=texts)
 
     base = planner(inputs.snapshot)
     spare = spare_capacity_proof(inputs, base)

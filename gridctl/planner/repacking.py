@@ -214,12 +214,10 @@ def _find_repack(
     # with its memory as it is, and releasing memory only lowers best fit.
     rejected = ws.dead.get(model_id, {})
     examined = 0
-    for host_id in ws.ordered_hosts(model_id):
+    for host_id in _released_in_rank_order(ws, model_id, rejected):
         _, bound = ws.static_score(model_id, host_id)
         if bound + DYNAMIC_MAX < free.score + threshold:
             break  # ranked by static score: no later host can gain enough
-        if rejected.get(host_id) not in _RELEASE_CODES:
-            continue
         view = ws.views[host_id]
         if view.domain in ws.domains[model_id] and bound + BEST_FIT_BOUND < free.score + threshold:
             continue  # without a new failure domain it cannot gain enough
@@ -243,6 +241,16 @@ def _find_repack(
         if found is not None:
             return found
     return None
+
+
+def _released_in_rank_order(
+    ws: Workspace, model_id: str, rejected: dict[str, RejectionCode]
+) -> list[str]:
+    """The eligible hosts rejected for a releasable reason, in ``ordered_hosts`` order
+    (best static score, then host id) without ranking every eligible host."""
+    eligible = ws.eligible_set[model_id]
+    found = [h for h, code in rejected.items() if code in _RELEASE_CODES and h in eligible]
+    return sorted(found, key=lambda h: (-ws.static_score(model_id, h)[1], h))
 
 
 def _movable(

@@ -21,6 +21,7 @@ from __future__ import annotations
 from enum import Enum
 
 from gridctl.domain import DemandClass, UnsatisfiedCode
+from gridctl.planner.host_classes import choose_by_class
 from gridctl.planner.preemption import stage_preemption
 from gridctl.planner.rejections import RejectionCode, shortfall_code
 from gridctl.planner.repacking import (
@@ -29,7 +30,7 @@ from gridctl.planner.repacking import (
     stage_proactive_repack,
 )
 from gridctl.planner.repair import try_repair
-from gridctl.planner.selection import choose_host, commit
+from gridctl.planner.selection import Choice, choose_host, commit
 from gridctl.planner.workspace import Workspace
 
 ROUND_CLASSES = (DemandClass.BASELINE, DemandClass.DIRECT, DemandClass.INFERRED)
@@ -62,12 +63,11 @@ def _reason(ws: Workspace, model_id: str, index: int, demand_class: DemandClass)
 
 def place_one(ws: Workspace, model_id: str, index: int, demand_class: DemandClass) -> Outcome:
     dead = ws.dead.setdefault(model_id, {})
-    hosts = ws.ordered_hosts(model_id)
-    choice = choose_host(ws, model_id, hosts, dead=dead)
+    choice = _search(ws, model_id, False, dead)
     codes = set(choice.codes)
     if choice.winner is None and RejectionCode.FAILURE_DOMAIN in codes:
         # the minimum is reported as a shortfall; a replica in a used domain still serves
-        choice = choose_host(ws, model_id, hosts, relax_domains=True, dead=dead)
+        choice = _search(ws, model_id, True, dead)
         codes |= choice.codes
     reason = _reason(ws, model_id, index, demand_class)
     if choice.winner is not None:
@@ -89,6 +89,15 @@ def place_one(ws: Workspace, model_id: str, index: int, demand_class: DemandClas
     missing = ws.targets[model_id].replicas - index
     ws.add_shortfall(model_id, code, _message(ws, model_id, code), missing=missing)
     return Outcome.FAILED
+
+
+def _search(
+    ws: Workspace, model_id: str, relax_domains: bool, dead: dict[str, RejectionCode]
+) -> Choice:
+    """The best host among all eligible ones: by class, or host by host (the same result)."""
+    if ws.by_class:
+        return choose_by_class(ws, model_id, relax_domains, dead)
+    return choose_host(ws, model_id, ws.ordered_hosts(model_id), relax_domains, dead)
 
 
 def _message(ws: Workspace, model_id: str, code: UnsatisfiedCode) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 
 from gridctl.domain import Assignment, DemandClass, ModelProfile
 from gridctl.planner.host_views import HostView, LiveResidency
@@ -244,6 +245,91 @@ class Choice:
     codes: set[RejectionCode]
 
 
+class Verdict(Enum):
+    """What visiting one host in static-score order did to a search."""
+
+    BREAK = "break"  # no later host can win: the search is over
+    DEAD = "dead"  # rejected earlier in this plan for a reason that cannot heal
+    SKIPPED = "skipped"  # it cannot beat the best so far, even if feasible
+    REJECTED = "rejected"  # a filter rejected it (booked in the explanation)
+    FEASIBLE = "feasible"  # it passed every filter (and is the best so far if it beat it)
+
+
+@dataclass(slots=True)
+class Search:
+    """One search for the best host of one more replica of one model."""
+
+    ws: Workspace
+    model_id: str
+    relax_domains: bool
+    dead: dict[str, RejectionCode] | None
+    best: Candidate | None = None
+    codes: set[RejectionCode] = field(default_factory=set)
+    rejection: Rejection | None = None  # what the last rejected host met
+
+    def choice(self) -> Choice:
+        return Choice(self.best, self.codes)
+
+
+def visit(search: Search, host_id: str) -> Verdict:
+    """Consider one host; hosts must be visited best static score first, then host id."""
+    ws = search.ws
+    model_id = search.model_id
+    dead = search.dead
+    best = search.best
+    if dead is not None and host_id in dead:
+        search.codes.add(dead[host_id])
+        return Verdict.DEAD
+    if best is not None:
+        _, bound = ws.static_score(model_id, host_id)
+        if bound + DYNAMIC_MAX < best.score:
+            return Verdict.BREAK  # hosts are ranked by static score: no later host can win
+        if ws.views[host_id].domain in ws.domains[model_id] and bound + BEST_FIT_BOUND < best.score:
+            return Verdict.SKIPPED  # without a new failure domain it cannot win
+        quick = new_placement_score(ws, model_id, host_id)
+        if quick is not None and (
+            quick < best.score or (quick == best.score and host_id > best.view.host_id)
+        ):
+            return Verdict.SKIPPED  # it cannot win even if feasible: a better host was found first
+    shaped = candidate_for(ws, model_id, host_id)
+    if isinstance(shaped, Rejection):
+        rejection: Rejection | None = shaped
+    elif best is None:
+        shaped.relax_domains = search.relax_domains
+        rejection = evaluate(ws, shaped)
+    else:
+        # the score is cheap and exact for a feasible host: one that cannot beat
+        # the best so far is left unevaluated (a better host was found first)
+        score(ws, shaped)
+        if shaped.score < best.score or (
+            shaped.score == best.score and host_id > best.view.host_id
+        ):
+            return Verdict.SKIPPED
+        shaped.relax_domains = search.relax_domains
+        rejection = first_rejection(ws, shaped)
+    if rejection is not None:
+        return book_rejection(search, host_id, rejection)
+    assert not isinstance(shaped, Rejection)
+    ws.explain.score(model_id, host_id, shaped.components, shaped.score)
+    if best is None or shaped.score > best.score:
+        search.best = shaped
+    elif shaped.score == best.score and host_id < best.view.host_id:
+        search.best = shaped  # ties go to the smaller host id, never to input order
+    return Verdict.FEASIBLE
+
+
+def book_rejection(search: Search, host_id: str, rejection: Rejection) -> Verdict:
+    """Note a filter's rejection of one host: its code, explanation and dead mark."""
+    search.rejection = rejection
+    search.codes.add(rejection.code)
+    if rejection.code is not RejectionCode.ALREADY_ASSIGNED:
+        # a host holding a replica keeps the explanation that chose it
+        search.ws.explain.reject(search.model_id, host_id, rejection)
+    if search.dead is not None and rejection.code in MONOTONE_CODES:
+        search.dead[host_id] = rejection.code
+    return Verdict.REJECTED
+
+
 def choose_host(
     ws: Workspace,
     model_id: str,
@@ -256,56 +342,11 @@ def choose_host(
     Hosts rejected for a reason that cannot heal within this plan are added to
     ``dead`` so later searches for the same model skip them.
     """
-    best: Candidate | None = None
-    codes: set[RejectionCode] = set()
-    used_domains = ws.domains[model_id]
-    views = ws.views
+    search = Search(ws, model_id, relax_domains, dead)
     for host_id in hosts:
-        if dead is not None and host_id in dead:
-            codes.add(dead[host_id])
-            continue
-        if best is not None:
-            _, bound = ws.static_score(model_id, host_id)
-            if bound + DYNAMIC_MAX < best.score:
-                break  # hosts are ranked by static score: no later host can win
-            if views[host_id].domain in used_domains and bound + BEST_FIT_BOUND < best.score:
-                continue  # without a new failure domain it cannot win
-            quick = new_placement_score(ws, model_id, host_id)
-            if quick is not None and (
-                quick < best.score or (quick == best.score and host_id > best.view.host_id)
-            ):
-                continue  # it cannot win even if feasible: a better host was found first
-        shaped = candidate_for(ws, model_id, host_id)
-        if isinstance(shaped, Rejection):
-            rejection: Rejection | None = shaped
-        elif best is None:
-            shaped.relax_domains = relax_domains
-            rejection = evaluate(ws, shaped)
-        else:
-            # the score is cheap and exact for a feasible host: one that cannot beat
-            # the best so far is left unevaluated (a better host was found first)
-            score(ws, shaped)
-            if shaped.score < best.score or (
-                shaped.score == best.score and host_id > best.view.host_id
-            ):
-                continue
-            shaped.relax_domains = relax_domains
-            rejection = first_rejection(ws, shaped)
-        if rejection is not None:
-            codes.add(rejection.code)
-            if rejection.code is not RejectionCode.ALREADY_ASSIGNED:
-                # a host holding a replica keeps the explanation that chose it
-                ws.explain.reject(model_id, host_id, rejection)
-            if dead is not None and rejection.code in MONOTONE_CODES:
-                dead[host_id] = rejection.code
-            continue
-        assert not isinstance(shaped, Rejection)
-        ws.explain.score(model_id, host_id, shaped.components, shaped.score)
-        if best is None or shaped.score > best.score:
-            best = shaped
-        elif shaped.score == best.score and host_id < best.view.host_id:
-            best = shaped  # ties go to the smaller host id, never to input order
-    return Choice(best, codes)
+        if visit(search, host_id) is Verdict.BREAK:
+            break
+    return search.choice()
 
 
 def commit(

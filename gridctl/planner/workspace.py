@@ -5,13 +5,15 @@ filters and scorers need (host views, static eligibility per model, reciprocal
 colocation exclusions, incumbents per (model, host), memoised static scores)
 and the mutable books: per-host ledgers, assignments, staged preemptions, the
 eviction budget, shortfalls and explanations. It is private to one call of
-``plan_placement`` and never escapes it.
+``plan_placement``; afterwards only the plan's lazily built candidate rows
+read it, and nothing changes it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gridctl.domain import (
     Assignment,
@@ -31,6 +33,9 @@ from gridctl.planner.rejections import RejectionCode
 from gridctl.planner.runtimes import residency_runtime_matches, runtime_for_new_placement
 from gridctl.planner.scoring import Components, FleetNorms, ScarcityIndex, static_components, total
 from gridctl.planner.targets import ReplicaTarget
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from gridctl.planner.host_classes import HostClasses
 
 # (static parts, their rounded total), and their unrounded sum
 StaticScore = tuple[tuple[Components, float], float]
@@ -53,6 +58,7 @@ class Workspace:
         profiles: Sequence[ModelProfile],
         snapshot: FleetSnapshot,
         policy: ControllerPolicy,
+        by_class: bool = True,
     ) -> None:
         self.policy = policy
         self.now = snapshot.now
@@ -65,7 +71,10 @@ class Workspace:
         }
         self.host_ids: tuple[str, ...] = tuple(self.views)
         self.host_position: dict[str, int] = {h: i for i, h in enumerate(self.host_ids)}
-        self.ledgers: dict[str, HostLedger] = {k: HostLedger(v) for k, v in self.views.items()}
+        self.journal: set[str] = set()  # hosts whose ledger changed since the classes read them
+        self.ledgers: dict[str, HostLedger] = {
+            k: HostLedger(v, self.journal) for k, v in self.views.items()
+        }
         self.explain = ExplanationBook()
         self.norms = FleetNorms.of(list(self.views.values()))
         self.exclusions = _reciprocal_exclusions(self.profiles)
@@ -121,6 +130,10 @@ class Workspace:
         self._score_signature: dict[str, tuple[float, float, float]] = {}
         self._new_runtime: dict[tuple[str, int], tuple[str, int] | None] = {}
         self._ordered: dict[str, tuple[str, ...]] = {}
+        self._searched: set[str] = set()
+        self.by_class = by_class  # search equivalent hosts as one class (False: host by host)
+        self.classes: HostClasses | None = None  # built by the first class search
+        self._resident: dict[str, list[str]] | None = None
 
     def build_scarcity(self) -> None:
         """Index which hosts constrained, demanded models need (after the targets are set)."""
@@ -206,6 +219,24 @@ class Workspace:
             found = self._static_by_shape[shape] = ((parts, total(parts)), raw)
         return found
 
+    def score_id(self, host_id: str) -> int:
+        """Which score shape the host has: hosts with equal ids score alike."""
+        return self._score_id[host_id]
+
+    def special_hosts(self, model_id: str) -> set[str]:
+        """Hosts with an incumbent, cached weights or failures of the model."""
+        return self._special[model_id]
+
+    def resident_hosts(self, model_id: str) -> list[str]:
+        """Hosts with any residency of the model, serving or not."""
+        if self._resident is None:
+            self._resident = {m: [] for m in self.model_ids}
+            for host_id, view in self.views.items():
+                for resident in view.by_model:
+                    if resident in self._resident:
+                        self._resident[resident].append(host_id)
+        return self._resident[model_id]
+
     def ordered_hosts(self, model_id: str) -> tuple[str, ...]:
         """Eligible hosts of a model, best static score first, then host id."""
         found = self._ordered.get(model_id)
@@ -243,7 +274,11 @@ class Workspace:
 
     def searched(self, model_id: str) -> bool:
         """Whether the model ever ranked its eligible hosts (searched for a new replica)."""
-        return model_id in self._ordered
+        return model_id in self._ordered or model_id in self._searched
+
+    def mark_searched(self, model_id: str) -> None:
+        """Note a search for a new replica that ranked hosts without ``ordered_hosts``."""
+        self._searched.add(model_id)
 
     # -- books ---------------------------------------------------------------
     def record_assignment(self, assignment: Assignment) -> None:
