@@ -80,6 +80,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     start.add_argument("--engine-parallel", type=int, default=2)
     start.add_argument("--llama-server", type=Path, default=None, help="llama-server binary")
     start.add_argument("--artifact-dir", type=Path, default=None, help="artifact cache")
+    start.add_argument(
+        "--artifact-listen",
+        default=None,
+        metavar="ADDR:PORT",
+        help="serve this node's verified artifacts to fleet peers (loopback without TLS)",
+    )
+    start.add_argument(
+        "--artifact-peer-ca",
+        type=Path,
+        default=None,
+        help="CA certificate (PEM) that verifies https peers' artifact servers",
+    )
     start.add_argument("--stop-idle-seconds", type=float, default=30.0)
     start.add_argument(
         "--policy", type=Path, default=None, help="NodePolicy YAML: host-protection thresholds"
@@ -156,6 +168,8 @@ def _config(args: argparse.Namespace) -> NodeConfig:
         stop_idle_timeout=args.stop_idle_seconds,
         binary=args.llama_server,
         artifact_dir=args.artifact_dir,
+        artifact_listen=args.artifact_listen,
+        artifact_peer_ca=args.artifact_peer_ca,
         policy=_policy(args),
     )
 
@@ -251,6 +265,8 @@ def _start_flags(args: argparse.Namespace) -> list[str]:
         ("--external-mb", args.external_mb),
         ("--llama-server", args.llama_server),
         ("--artifact-dir", args.artifact_dir),
+        ("--artifact-listen", args.artifact_listen),
+        ("--artifact-peer-ca", args.artifact_peer_ca.absolute() if args.artifact_peer_ca else None),
         ("--policy", args.policy.absolute() if args.policy else None),
     ):
         if value is not None:

@@ -77,6 +77,7 @@ def profile_from_document(doc: dict[str, Any]) -> ModelProfile:
         replica_concurrency=spec["replica_concurrency"],
         min_gpu_count=spec["min_gpu_count"],
         min_gpu_memory_mb=spec["min_gpu_memory_mb"],
+        chat_template=spec.get("chat_template"),
     )
 
 

@@ -530,12 +530,19 @@ class Controller:
         """Add the profile's operator-authorised source when the digest is the same."""
         desired = self.desired.current
         profile = desired.profile(command["model_id"]) if desired else None
+        if profile is not None and profile.chat_template and command.get("kind") == "warm":
+            command["chat_template"] = profile.chat_template
         if profile is None or profile.artifact.source is None:
             return command
         if profile.artifact.sha256 != command.get("artifact_sha256"):
             return command
         command["artifact_source"] = profile.artifact.source
         command["artifact_size_mb"] = profile.artifact.size_mb
+        if command.get("kind") == "load" and profile.artifact.sha256:
+            mirrors = self.registry.artifact_mirrors(
+                profile.artifact.sha256, exclude=command["node_id"], now=self.clock()
+            )
+            command["artifact_mirrors"] = mirrors[: self.policy().artifact_fanout]
         return command
 
     def _destructive_problem(

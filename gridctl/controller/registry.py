@@ -99,6 +99,28 @@ class HostRecord:
     queue_depth: int = 0
     active_tasks: int = 0
     concurrency_multiplier: float = 1.0
+    artifact_mirror: str | None = None  # where peers fetch this host's verified artifacts
+    transfers: tuple[dict[str, Any], ...] = ()  # artifact downloads running at the heartbeat
+    artifacts: tuple[dict[str, Any], ...] = ()  # cached entries as reported (gguf, provenance)
+
+
+def _artifact_rows(envelope: Any) -> tuple[dict[str, Any], ...]:
+    rows = envelope.get("cached_models") if isinstance(envelope, dict) else None
+    return tuple(r for r in rows or () if isinstance(r, dict))
+
+
+def _transfers(envelope: Any) -> tuple[dict[str, Any], ...]:
+    rows = envelope.get("transfers") if isinstance(envelope, dict) else None
+    return tuple(r for r in rows or () if isinstance(r, dict))
+
+
+def _mirror(envelope: Any) -> str | None:
+    value = envelope.get("artifact_mirror") if isinstance(envelope, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def _prior_mirror(prior: HostRecord | None) -> str | None:
+    return prior.artifact_mirror if prior is not None else None
 
 
 def _multiplier(envelope: Any) -> float:
@@ -275,6 +297,11 @@ class Registry:
             concurrency_multiplier=_multiplier(envelope)
             if envelope is not None
             else (prior.concurrency_multiplier if prior else 1.0),
+            artifact_mirror=_mirror(envelope) if envelope is not None else _prior_mirror(prior),
+            transfers=_transfers(envelope) if envelope is not None else (),
+            artifacts=_artifact_rows(envelope)
+            if envelope is not None
+            else (prior.artifacts if prior else ()),
         )
 
     def _routes(
@@ -423,6 +450,22 @@ class Registry:
     def hosts(self) -> list[HostRecord]:
         with self._lock:
             return [self._hosts[h] for h in sorted(self._hosts)]
+
+    def artifact_mirrors(self, sha256: str, *, exclude: str, now: float) -> list[str]:
+        """Peers that reported the verified digest in a fresh heartbeat, freshest first."""
+        want = sha256.lower()
+        with self._lock:
+            holders = [
+                record
+                for record in self._hosts.values()
+                if record.host_id != exclude
+                and record.artifact_mirror is not None
+                and record.state is not HostState.UNHEALTHY
+                and now - record.last_heartbeat <= self.route_lease_seconds
+                and any(c.artifact_sha256 == want for c in record.cached)
+            ]
+        holders.sort(key=lambda r: (-r.last_heartbeat, r.host_id))
+        return [r.artifact_mirror for r in holders if r.artifact_mirror is not None]
 
     def host(self, host_id: str) -> HostRecord | None:
         with self._lock:

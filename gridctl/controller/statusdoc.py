@@ -12,6 +12,7 @@ from gridctl import __version__
 from gridctl.controller.control import Controller
 from gridctl.controller.snapshotting import demand_json
 from gridctl.domain import HostState, Mode, Plan, ResidencyState
+from gridctl.domain.profiles import ModelProfile
 from gridctl.planner.canonical import plan_to_json
 from gridctl.planner.portfolio import admission_row_json, portfolio_to_json
 from gridctl.planner.portfolio_types import PortfolioResult
@@ -82,9 +83,33 @@ def _hosts(ctl: Controller, now: float) -> list[dict[str, Any]]:
                 "heartbeat_age_seconds": round(age, 3),
                 "residencies": residencies,
                 "cached_models": sorted({c.model_id for c in record.cached}),
+                "artifacts": [artifact_summary(a) for a in record.artifacts],
+                "transfers": [transfer_summary(t) for t in record.transfers],
             }
         )
     return rows
+
+
+def transfer_summary(row: dict[str, Any]) -> dict[str, Any]:
+    """A running transfer with its percentage (None while the total is unknown)."""
+    done, total = row.get("bytes_done", 0), row.get("bytes_total")
+    percent = round(100.0 * done / total, 1) if isinstance(total, int) and total > 0 else None
+    return {
+        "model_id": row.get("model_id"),
+        "artifact_sha256": row.get("artifact_sha256"),
+        "source": row.get("source"),
+        "bytes_done": done,
+        "bytes_total": total,
+        "rate_bytes_per_second": row.get("rate_bytes_per_second", 0.0),
+        "percent": percent,
+    }
+
+
+def artifact_summary(row: dict[str, Any]) -> dict[str, Any]:
+    keys = ("model_id", "artifact_sha256", "size_bytes", "provenance", "last_used_age_seconds")
+    summary = {k: row.get(k) for k in keys}
+    summary["gguf"] = row.get("gguf")
+    return summary
 
 
 def _models(ctl: Controller, now: float, mode: Mode) -> list[dict[str, Any]]:
@@ -152,9 +177,32 @@ def _models(ctl: Controller, now: float, mode: Mode) -> list[dict[str, Any]]:
                 "reason": reason,
                 "unmet": unmet.get(model_id, []),
                 "retiring": retiring,
+                **artifact_facts(ctl, desired.profile(model_id) if desired else None),
             }
         )
     return rows
+
+
+NO_TEMPLATE_WARNING = (
+    "the GGUF carries no chat template and the profile names none: llama-server falls back "
+    "to ChatML; set spec.chat_template"
+)
+
+
+def artifact_facts(ctl: Controller, profile: ModelProfile | None) -> dict[str, Any]:
+    """The GGUF header a node reported for the profile's artifact, and what it implies."""
+    if profile is None:
+        return {"gguf": None, "chat_template": None, "warnings": []}
+    header: dict[str, Any] | None = None
+    for record in ctl.registry.hosts():
+        for row in record.artifacts:
+            same = row.get("artifact_sha256") == profile.artifact_sha256
+            if row.get("model_id") == profile.name and same and isinstance(row.get("gguf"), dict):
+                header = row["gguf"]
+    warnings = []
+    if header is not None and header.get("chat_template") is False and not profile.chat_template:
+        warnings.append(NO_TEMPLATE_WARNING)
+    return {"gguf": header, "chat_template": profile.chat_template, "warnings": warnings}
 
 
 def portfolio_status(portfolio: PortfolioResult | None) -> dict[str, Any] | None:

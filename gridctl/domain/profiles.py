@@ -54,6 +54,7 @@ class ModelProfile:
     replica_concurrency: int = 1
     min_gpu_count: int = 0
     min_gpu_memory_mb: int = 0
+    chat_template: str | None = None  # a llama-server built-in name; None = the GGUF's own
 
     def memory_for(self, runtime: str) -> int:
         """Resident footprint of one replica on ``runtime``."""

@@ -78,6 +78,7 @@ class LifecycleRequest:
     artifact_size_mb: int | None = None
     artifact_mirrors: tuple[str, ...] = ()  # fleet peers holding the exact digest, tried first
     prefetch: bool = False  # a cache-only predictive transfer: provenance "predictive"
+    chat_template: str | None = None  # a llama-server built-in template name for the warm
     force: bool = False
 
 
@@ -305,7 +306,9 @@ class HostActuator:
             self.store.put_residency(record)
             journal = _Journal(self.store, record)
             try:
-                identity = self.runtime.spawn(req.model_id, Path(entry.path), port, journal)
+                identity = self.runtime.spawn(
+                    req.model_id, Path(entry.path), port, journal, chat_template=req.chat_template
+                )
             except BaseException as exc:
                 self._released(journal.record, ResidencyState.FAILED, f"spawn failed: {exc}"[:512])
                 if isinstance(exc, ChildFailed):

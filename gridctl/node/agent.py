@@ -100,6 +100,7 @@ class NodeAgent:
         self._client = httpx.Client(timeout=request_timeout, transport=transport)
         self.registered = False
         self.stopping = False
+        self.artifact_mirror: str | None = None  # base URL of this node's peer mirror
         self.status: dict[str, Any] = {
             "instance_id": instance_id,
             "controller": self.base_url,
@@ -150,6 +151,8 @@ class NodeAgent:
             engine_api_key=self._engine_api_key,
             max_concurrency=self.actuator.runtime.settings.parallel,
             protection=self._protection_report(),
+            transfers=self.actuator.cache.transfers(),
+            artifact_mirror=self.artifact_mirror,
         )
         return self._sample(records), envelope, records
 

@@ -29,6 +29,7 @@ from urllib.parse import urlparse
 import psutil
 
 from gridctl.artifacts.fetching import DEFAULT_RETRY, RateMeter, RetryPolicy
+from gridctl.artifacts.gguf import GgufError, read_gguf
 from gridctl.artifacts.objects import ObjectDir, sha256_of
 from gridctl.artifacts.sources import (
     ArtifactError,
@@ -38,7 +39,7 @@ from gridctl.artifacts.sources import (
     remote_source,
     require_safe_url,
 )
-from gridctl.node.records import CachedArtifact
+from gridctl.node.records import CachedArtifact, Transfer
 from gridctl.node.statestore import NodeStateStore
 
 __all__ = ["Acquired", "ArtifactCache", "ArtifactError", "Transfer", "resolve_source", "sha256_of"]
@@ -52,16 +53,12 @@ class Acquired:
     fetched: bool
 
 
-@dataclass(frozen=True)
-class Transfer:
-    """One running transfer, as the heartbeat reports it."""
-
-    model_id: str
-    sha256: str
-    source: str
-    bytes_done: int = 0
-    bytes_total: int | None = None
-    rate_bytes_per_second: float = 0.0
+def header_of(path: Path) -> dict[str, object]:
+    """The GGUF header summary of a verified file, or why it could not be read."""
+    try:
+        return read_gguf(path).as_json()
+    except GgufError as exc:
+        return {"unreadable": str(exc)[:200]}
 
 
 def resolve_source(source: str) -> Path:
@@ -178,8 +175,15 @@ class ArtifactCache:
         prior = self.store.cached_artifact(model_id)
         if prior is not None and prior.sha256 == sha256:
             provenance = prior.provenance  # a re-verification keeps how the entry came
+        gguf = prior.gguf if prior is not None and prior.sha256 == sha256 else None
         entry = CachedArtifact(
-            model_id, sha256, str(path), path.stat().st_size, now, provenance=provenance
+            model_id,
+            sha256,
+            str(path),
+            path.stat().st_size,
+            now,
+            provenance=provenance,
+            gguf=gguf if gguf is not None else header_of(path),
         )
         self.store.put_cached_artifact(entry)
         return entry

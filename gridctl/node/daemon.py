@@ -38,6 +38,7 @@ from gridctl.node.artifacts import ArtifactCache
 from gridctl.node.enginekey import ensure_engine_key
 from gridctl.node.executor import CommandExecutor
 from gridctl.node.intake import CommandIntake
+from gridctl.node.mirroring import PeerMirror
 from gridctl.node.processes import observe_identity
 from gridctl.node.protecting import ProtectionLoop
 from gridctl.node.protection import ProtectionPolicy
@@ -75,6 +76,8 @@ class NodeConfig:
     unload_idle_timeout: float = 30.0
     binary: Path | None = None
     artifact_dir: Path | None = None  # a shared cache; default: private <state_dir>/artifacts
+    artifact_listen: str | None = None  # ADDR:PORT of the peer mirror; None = no mirror
+    artifact_peer_ca: Path | None = None  # verifies https peers (the fleet CA)
     policy: ProtectionPolicy = field(default_factory=ProtectionPolicy)  # NodePolicy thresholds
 
     def facts(self) -> HostFacts:
@@ -127,6 +130,7 @@ def build_node(
         config.artifact_dir or config.state_dir / ARTIFACTS,
         store,
         shared=config.artifact_dir is not None,
+        peer_ca_file=config.artifact_peer_ca,
     )
     actuator = HostActuator(
         store=store,
@@ -257,13 +261,25 @@ def run_daemon(config: NodeConfig, *, instance_id: str) -> int:
         parts.protection.sample()  # report a protective state from the first heartbeat
         parts.protection.start()
         parts.executor.start()
+        mirror = start_mirror(config, parts) if config.artifact_listen else None
         log.info("node %s started (instance %s)", config.host_id, instance_id)
         try:
             parts.agent.run(stop)
         finally:
+            if mirror is not None:
+                mirror.stop()
             shutdown(parts, config)
             (config.state_dir / DAEMON_RECORD).unlink(missing_ok=True)
     return 0
+
+
+def start_mirror(config: NodeConfig, parts: NodeParts) -> PeerMirror:
+    """Serve the cache's verified objects to peers; the agent then advertises the URL."""
+    assert config.artifact_listen is not None
+    mirror = PeerMirror(parts.actuator.cache.objects, config.artifact_listen)
+    parts.agent.artifact_mirror = mirror.start()
+    log.info("artifact mirror at %s", parts.agent.artifact_mirror)
+    return mirror
 
 
 def shutdown(parts: NodeParts, config: NodeConfig) -> None:

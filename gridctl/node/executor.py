@@ -39,6 +39,7 @@ def lifecycle_request(command: dict[str, Any]) -> LifecycleRequest:
         artifact_size_mb=command.get("artifact_size_mb"),
         artifact_mirrors=tuple(str(m) for m in command.get("artifact_mirrors") or ()),
         prefetch=bool(command.get("prefetch", False)),
+        chat_template=command.get("chat_template"),
         force=bool(command.get("force", False)),
     )
 

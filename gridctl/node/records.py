@@ -61,6 +61,19 @@ class CachedArtifact:
     cached_at: float
     provenance: str = "demand"  # "demand" | "predictive" | "operator" (found already present)
     last_used_at: float | None = None  # wall clock of the last launch from this entry
+    gguf: dict[str, object] | None = None  # header summary (gridctl.artifacts.gguf), if readable
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One running artifact transfer, as the heartbeat reports it."""
+
+    model_id: str
+    sha256: str
+    source: str
+    bytes_done: int = 0
+    bytes_total: int | None = None
+    rate_bytes_per_second: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gridctl.domain.states import HostState, ResidencyState
-from gridctl.node.records import CachedArtifact, Receipt, ResidencyRecord
+from gridctl.node.records import CachedArtifact, Receipt, ResidencyRecord, Transfer
 
 SCHEMA_VERSION = 1
 CAPABILITIES = ["load", "warm", "drain", "unload", "evict"]
@@ -106,6 +106,33 @@ def residency_row(
     return row
 
 
+def cached_row(entry: CachedArtifact, now: float) -> dict[str, object]:
+    row: dict[str, object] = {
+        "model_id": entry.model_id,
+        "artifact_sha256": entry.sha256,
+        "cached_at": entry.cached_at,
+        "cached_age_seconds": _age(entry.cached_at, now),
+        "size_bytes": entry.size_bytes,
+        "provenance": entry.provenance,
+        "predictive": entry.provenance == "predictive",
+        "last_used_age_seconds": _age(entry.last_used_at, now),
+    }
+    if entry.gguf is not None:
+        row["gguf"] = entry.gguf
+    return row
+
+
+def transfer_row(transfer: Transfer) -> dict[str, object]:
+    return {
+        "model_id": transfer.model_id,
+        "artifact_sha256": transfer.sha256,
+        "source": transfer.source,
+        "bytes_done": transfer.bytes_done,
+        "bytes_total": transfer.bytes_total,
+        "rate_bytes_per_second": transfer.rate_bytes_per_second,
+    }
+
+
 def allocator_envelope(
     state: HostState,
     records: Sequence[ResidencyRecord],
@@ -116,9 +143,13 @@ def allocator_envelope(
     engine_api_key: str,
     max_concurrency: int,
     protection: dict[str, object] | None = None,
+    transfers: Sequence[Transfer] = (),
+    artifact_mirror: str | None = None,
 ) -> dict[str, object]:
     """The allocator envelope; ``protection`` adds the router's concurrency multiplier
-    and the local protection reasons (no sensor values leave the host)."""
+    and the local protection reasons (no sensor values leave the host); ``transfers``
+    are the artifact downloads running now; ``artifact_mirror`` is where peers may
+    fetch this node's verified artifacts."""
     rows = []
     advertised = False
     for record in records:
@@ -130,13 +161,13 @@ def allocator_envelope(
     envelope: dict[str, object] = {
         "schema_version": SCHEMA_VERSION,
         "state": state.value,
-        "cached_models": [
-            {"model_id": c.model_id, "artifact_sha256": c.sha256, "cached_at": c.cached_at}
-            for c in cached
-        ],
+        "cached_models": [cached_row(c, now) for c in cached],
         "residencies": rows,
         "actuator_capabilities": CAPABILITIES,
+        "transfers": [transfer_row(t) for t in transfers],
     }
+    if artifact_mirror is not None:
+        envelope["artifact_mirror"] = artifact_mirror
     if advertised:
         envelope["engine_api_key"] = engine_api_key
     if protection is not None:

@@ -62,7 +62,8 @@ CREATE TABLE IF NOT EXISTS cached_artifacts (
     size_bytes INTEGER NOT NULL,
     cached_at REAL NOT NULL,
     provenance TEXT NOT NULL DEFAULT 'demand',
-    last_used_at REAL
+    last_used_at REAL,
+    gguf TEXT
 );
 CREATE TABLE IF NOT EXISTS receipts (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -106,7 +107,18 @@ _RECEIPT_COLUMNS = (
 _ADDED_COLUMNS = (
     ("cached_artifacts", "provenance", "TEXT NOT NULL DEFAULT 'demand'"),
     ("cached_artifacts", "last_used_at", "REAL"),
+    ("cached_artifacts", "gguf", "TEXT"),
 )
+
+
+def _json_object(text: object) -> dict[str, object] | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _add_missing_columns(conn: sqlite3.Connection) -> None:
@@ -329,8 +341,8 @@ class NodeStateStore:
 
     def cached_artifacts(self) -> list[CachedArtifact]:
         rows = self._read(
-            "SELECT model_id, sha256, path, size_bytes, cached_at, provenance, last_used_at "
-            "FROM cached_artifacts ORDER BY model_id"
+            "SELECT model_id, sha256, path, size_bytes, cached_at, provenance, last_used_at, "
+            "gguf FROM cached_artifacts ORDER BY model_id"
         )
         return [
             CachedArtifact(
@@ -341,8 +353,9 @@ class NodeStateStore:
                 float(c),  # type: ignore[arg-type]
                 provenance=str(v),
                 last_used_at=None if u is None else float(u),  # type: ignore[arg-type]
+                gguf=_json_object(g),
             )
-            for m, s, p, b, c, v, u in rows
+            for m, s, p, b, c, v, u, g in rows
         ]
 
     def cached_artifact(self, model_id: str) -> CachedArtifact | None:
@@ -352,8 +365,8 @@ class NodeStateStore:
         with self._write() as conn:
             conn.execute(
                 "INSERT OR REPLACE INTO cached_artifacts "
-                "(model_id, sha256, path, size_bytes, cached_at, provenance, last_used_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "(model_id, sha256, path, size_bytes, cached_at, provenance, last_used_at, gguf) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     entry.model_id,
                     entry.sha256,
@@ -362,6 +375,7 @@ class NodeStateStore:
                     entry.cached_at,
                     entry.provenance,
                     entry.last_used_at,
+                    None if entry.gguf is None else json.dumps(entry.gguf, sort_keys=True),
                 ),
             )
 

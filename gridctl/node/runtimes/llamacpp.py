@@ -114,8 +114,13 @@ class LlamaCppRuntime:
 
     # --- command line -----------------------------------------------------------------
 
-    def argv(self, model_id: str, model_path: Path, port: int) -> list[str]:
+    def argv(
+        self, model_id: str, model_path: Path, port: int, chat_template: str | None = None
+    ) -> list[str]:
         s = self.settings
+        # A named built-in template needs the legacy (non-Jinja) path: with Jinja on,
+        # llama-server would take the name itself as the template text.
+        template = ["--no-jinja", "--chat-template", chat_template] if chat_template else []
         return [
             str(self.binary),
             "--host", "127.0.0.1",
@@ -128,7 +133,7 @@ class LlamaCppRuntime:
             "-t", str(s.threads),
             "--slots",
             "--no-webui",
-            "--jinja",  # the GGUF's own chat template, so chat answers carry no template tokens
+            *(template or ["--jinja"]),  # else the GGUF's own chat template
             *s.extra_args,
         ]  # fmt: skip
 
@@ -141,14 +146,20 @@ class LlamaCppRuntime:
     # --- lifecycle --------------------------------------------------------------------
 
     def spawn(
-        self, model_id: str, model_path: Path, port: int, journal: SpawnJournal
+        self,
+        model_id: str,
+        model_path: Path,
+        port: int,
+        journal: SpawnJournal,
+        *,
+        chat_template: str | None = None,
     ) -> ProcessIdentity:
         """Start a child and durably record its PID, port and identity proof.
 
         Does not wait for readiness. If recording fails, the child is stopped and
         the error propagates.
         """
-        argv = self.argv(model_id, model_path, port)
+        argv = self.argv(model_id, model_path, port, chat_template)
         with open(self.log_path(model_id), "ab") as log:
             popen = subprocess.Popen(
                 argv,

@@ -1,0 +1,27 @@
+"""The llama-server command line: a profile's built-in chat template, else the GGUF's own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gridctl.node.runtimes.llamacpp import LlamaCppRuntime
+
+
+def runtime(tmp_path: Path) -> LlamaCppRuntime:
+    return LlamaCppRuntime(
+        binary=tmp_path / "llama-server",
+        key_file=tmp_path / "key",
+        api_key="k",
+        log_dir=tmp_path / "logs",
+    )
+
+
+def test_a_named_template_uses_the_builtin_path(tmp_path: Path) -> None:
+    argv = runtime(tmp_path).argv("gemma", tmp_path / "m.gguf", 23001, "gemma")
+    at = argv.index("--chat-template")
+    assert argv[at + 1] == "gemma" and "--no-jinja" in argv and "--jinja" not in argv
+
+
+def test_without_a_name_the_gguf_template_is_used(tmp_path: Path) -> None:
+    argv = runtime(tmp_path).argv("m", tmp_path / "m.gguf", 23001)
+    assert "--jinja" in argv and "--chat-template" not in argv and "--no-jinja" not in argv
