@@ -6,9 +6,13 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gridctl.client import DEFAULT_CONTROLLER
 from gridctl.controller.reading import DEFAULT_INTERVAL_SECONDS, SourceOptions
+
+if TYPE_CHECKING:
+    from gridctl.controller.stores.postgres import PostgresLocation
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -137,8 +141,51 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="SECONDS",
         help="periodic reconciliation interval (default 2)",
     )
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        default=None,
+        help="shared PostgreSQL state for highly available controllers "
+        "(postgresql://USER@HOST:PORT/DB, no password in the URL); default: SQLite in --state",
+    )
+    parser.add_argument(
+        "--store-password-file",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="file holding the PostgreSQL password (or use PGPASSFILE / PGPASSWORD)",
+    )
+    parser.add_argument(
+        "--advertise",
+        metavar="URL",
+        default=None,
+        help="base URL other controllers send nodes to while this one holds authority "
+        "(default: http://LISTEN)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     parser.set_defaults(func=run)
+
+
+def shared_store(args: argparse.Namespace) -> PostgresLocation | None:
+    """The PostgreSQL location ``--store`` names, or None for the embedded SQLite."""
+    if args.store is None:
+        if args.store_password_file is not None:
+            raise ValueError("--store-password-file needs --store")
+        return None
+    try:
+        from gridctl.controller.stores.postgres import PostgresLocation
+    except ImportError as exc:
+        raise ValueError(
+            f"--store needs the PostgreSQL driver: pip install 'gridctl[ha]' ({exc})"
+        ) from exc
+    from gridctl.errors import PermanentError
+
+    if args.store_password_file is not None and not args.store_password_file.is_file():
+        raise ValueError(f"--store-password-file {args.store_password_file}: no such file")
+    try:
+        return PostgresLocation(args.store, args.store_password_file)
+    except PermanentError as exc:
+        raise ValueError(str(exc)) from exc
 
 
 def run(args: argparse.Namespace) -> int:
@@ -151,9 +198,12 @@ def run(args: argparse.Namespace) -> int:
     if args.watch is not None and not args.watch.is_dir():
         print(f"error: --watch {args.watch}: not a directory", file=sys.stderr)
         return 1
+    from gridctl.errors import TransientError
+
     host, port = args.listen
     try:
         source = source_options(args)
+        shared = shared_store(args)
         service = ControllerService(
             ServiceOptions(
                 state_dir=args.state,
@@ -162,12 +212,15 @@ def run(args: argparse.Namespace) -> int:
                 port=port,
                 tick_interval=args.tick_interval,
                 source=source,
+                store=shared,
+                advertise_url=args.advertise,
             )
         )
-    except ValueError as exc:
+    except (ValueError, TransientError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(f"gridctl controller on http://{host}:{port} (state {args.state})", flush=True)
+    where = f"store {shared.describe()}" if shared is not None else f"state {args.state}"
+    print(f"gridctl controller on http://{host}:{port} ({where})", flush=True)
     if service.source is not None:
         print(f"desired state: {describe_source(service.source.status())}", flush=True)
     service.run()

@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "gridctl.cli.token_cmd",
     "gridctl.cli.dash_cmd",
     "gridctl.cli.artifacts_cmd",
+    "gridctl.cli.state_cmd",
 )
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gridctl.controller.authority import Grant
 from gridctl.controller.demandbook import DemandBook, portfolio_inputs, with_correlation
 from gridctl.controller.desired import DesiredProvider
 from gridctl.controller.overlays import with_pending_work
@@ -131,6 +132,7 @@ class Controller:
         self.started_at = clock()
         self._lock = threading.RLock()
         self._tick_lock = threading.Lock()
+        self._renew_lock = threading.Lock()
         self._tick_done = threading.Condition(self._lock)
         self.wake = threading.Event()
         self.events: deque[dict[str, Any]] = deque(maxlen=MAX_EVENTS)
@@ -194,20 +196,54 @@ class Controller:
         """Renew or take the single-writer lease (without a state dir there is none)."""
         if self.lease is None:
             return
-        grant = self.lease.acquire()
-        with self._lock:
-            if grant is None:
-                if self.authority.holds:
-                    self.event("authority_lost", message="another controller holds the lease")
-                self.authority.holds = False
-                self.authority.lease_expires_at = None
-                return
-            if not self.authority.holds or grant.term != self.authority.term:
-                self.event("authority_acquired", message=f"term {grant.term}")
-            self.authority.holds = True
-            self.authority.term = grant.term
-            self.authority.lease_expires_at = grant.expires_at
+        with self._renew_lock:
+            grant = self.lease.acquire()
+            with self._lock:
+                if grant is None:
+                    if self.authority.holds:
+                        self.event("authority_lost", message=self._lost_reason())
+                    self.authority.holds = False
+                    self.authority.lease_expires_at = None
+                    return
+                if not self.authority.holds or grant.term != self.authority.term:
+                    self.event("authority_acquired", message=f"term {grant.term}")
+                    if self._took_over(grant) and self.store.pending():
+                        # taking over from another controller is a restart for the commands
+                        # it left: they get the same bounded membership-recovery grace
+                        self._grace = RestartGrace(restarted_at=self.clock())
+                self.authority.holds = True
+                self.authority.term = grant.term
+                self.authority.lease_expires_at = grant.expires_at
         self.store.note_term(grant.term)
+
+    def _took_over(self, grant: Grant) -> bool:
+        previous = grant.previous
+        return previous is not None and previous.controller_id not in (
+            "",
+            self.authority.controller_id,
+        )
+
+    def _lost_reason(self) -> str:
+        failed = getattr(self.lease, "last_error", None)
+        return f"lease renewal failed: {failed}" if failed else "another controller holds the lease"
+
+    def holds_authority(self) -> bool:
+        """Authority right now: the last renewal succeeded and the grant has not run out
+        (by the lease's own clocks, read at this instant, not at the last tick)."""
+        if not self.authority.holds:
+            return False
+        return self.lease is None or self.lease.current() is not None
+
+    def is_follower(self) -> bool:
+        """A lease exists and another controller (or nobody reachable) holds it: this
+        process plans for status but never enqueues, delivers or persists decisions."""
+        return self.lease is not None and not self.holds_authority()
+
+    def leader_url(self) -> str | None:
+        """Where the controller holding authority serves, when this one does not."""
+        if self.lease is None or self.holds_authority():
+            return None
+        return self.lease.leader_address()
 
     def override(self) -> ModeOverride | None:
         mode = self.store.mode_override()
@@ -226,7 +262,9 @@ class Controller:
     def effective_mode(self) -> tuple[Mode, str | None]:
         """The mode in force and, when automatic was asked for but refused, why."""
         mode, refused = self.store.effective_mode(self.policy().mode)
-        if mode is Mode.AUTOMATIC and not self.authority.holds:
+        if mode is Mode.AUTOMATIC and not self.holds_authority():
+            if self.lease is not None and getattr(self.lease, "last_error", None):
+                return Mode.RECOMMEND, f"automatic refused: {self._lost_reason()}"
             return Mode.RECOMMEND, "automatic refused: another controller holds authority"
         return mode, refused
 
@@ -361,7 +399,8 @@ class Controller:
         memory = replace(self.store.memory(), grace=self._grace)
         if self._previous_profiles is not None:
             tombstones = retire_profiles(memory.tombstones, self._previous_profiles, profiles, now)
-            for model in newly_retired(memory.tombstones, tombstones):
+            retired = () if self.is_follower() else newly_retired(memory.tombstones, tombstones)
+            for model in retired:
                 self.demand.clear(model)
                 self.store.clear_demand(model)
                 self.event(
@@ -395,6 +434,11 @@ class Controller:
             memory=memory,
             startup=self._startup_estimates(profiles, now, desired.policy),
         )
+        if self.is_follower():
+            with self._lock:  # a follower shows what it would do, and writes nothing
+                self.last_plan, self.last_result, self.last_snapshot = plan, result, snapshot
+                self.last_portfolio = portfolio
+            return
         self._persist_evidence()
         generation = self.store.next_plan_generation(plan.input_digest)
         held = {p.action_id: p for p in pending}
@@ -485,7 +529,7 @@ class Controller:
         """Executable commands for ``host_id``, durably marked delivered before returning."""
         now = self.clock()
         mode, _ = self.effective_mode()
-        if mode is not Mode.AUTOMATIC or self.last_generation is None:
+        if mode is not Mode.AUTOMATIC or self.last_generation is None or self.is_follower():
             return []
         policy = self.policy()
         delivered: list[dict[str, Any]] = []
@@ -573,14 +617,18 @@ class Controller:
     def heartbeat_response(self, host_id: str, commands: list[dict[str, Any]]) -> dict[str, Any]:
         mode, _ = self.effective_mode()
         ttl = None
-        if self.authority.holds and self.authority.lease_expires_at is not None:
+        if self.holds_authority() and self.authority.lease_expires_at is not None:
             ttl = max(0.0, self.authority.lease_expires_at - self.clock())
+        allocator: dict[str, Any] = {
+            "mode": mode.value,
+            "controller_lease_ttl_seconds": ttl,
+            "commands": commands,
+        }
+        leader = self.leader_url()
+        if leader is not None:
+            allocator["leader_url"] = leader  # a follower points the node at authority
         return {
             "ttl_seconds": self.policy().command_ttl_seconds,
             "model_last_used_at": self.registry.last_used_watermarks(),
-            "allocator": {
-                "mode": mode.value,
-                "controller_lease_ttl_seconds": ttl,
-                "commands": commands,
-            },
+            "allocator": allocator,
         }

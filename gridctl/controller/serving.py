@@ -17,7 +17,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import uvicorn
@@ -32,6 +32,9 @@ from gridctl.controller.registry import Registry
 from gridctl.controller.statusdoc import build_status
 from gridctl.controller.stores import DEFAULT_LEASE_SECONDS
 from gridctl.controller.stores.opening import open_lease, open_store
+
+if TYPE_CHECKING:
+    from gridctl.controller.stores.postgres import PostgresLocation
 from gridctl.controller.watching import DesiredSource, watch_directory
 from gridctl.credentials import (
     CredentialError,
@@ -69,6 +72,8 @@ class ServiceOptions:
     upstream_transport: httpx.AsyncBaseTransport | None = None
     extra_warnings: list[str] = field(default_factory=list)
     source: SourceOptions = field(default_factory=SourceOptions)  # ref, remote, signatures
+    store: PostgresLocation | None = None  # shared state for highly available controllers
+    advertise_url: str | None = None  # where nodes reach this controller (default: listen)
 
 
 class ControllerService:
@@ -93,7 +98,7 @@ class ControllerService:
         )
         self._signing_key = load_or_create_signing_key(state_dir) if state_dir else None
         self.registry = Registry()
-        self.store = open_store(state_dir, clock=clock)
+        self.store = open_store(state_dir, clock=clock, shared=options.store)
         desired: DesiredProvider
         if options.watch_dir is not None or options.source.repo_url is not None:
             reader = make_reader(options.watch_dir, options.source, state_dir)
@@ -111,6 +116,8 @@ class ControllerService:
             if desired.current
             else DEFAULT_LEASE_SECONDS,
             clock=clock,
+            shared=options.store,
+            address=options.advertise_url or f"http://{options.host}:{options.port}",
         )
         self.controller = Controller(
             desired=desired,
@@ -128,6 +135,7 @@ class ControllerService:
         self.controller.tick_observers.append(self.metrics.observe_tick)
         self._stop = threading.Event()
         self._tick_thread: threading.Thread | None = None
+        self._renew_thread: threading.Thread | None = None
 
     def _api_desired(self, clock: Callable[[], float]) -> ApiDesired:
         """Profiles managed over the API, restored from the store after a restart."""
@@ -187,6 +195,20 @@ class ControllerService:
                 break
             self.controller.tick()
 
+    def _renew_loop(self) -> None:
+        """Renew the lease at a third of its length, whatever the tick is doing, so a
+        renewal happens well before expiry and a follower notices a free lease soon."""
+        assert self.lease is not None
+        interval = max(0.05, self.lease.lease_seconds / 3)
+        while not self._stop.wait(interval):
+            try:
+                was = self.controller.holds_authority()
+                self.controller.renew_authority()
+                if self.controller.holds_authority() != was:
+                    self.controller.mark_dirty(safety=True)
+            except Exception:  # a failed renewal is reported by the lease; keep trying
+                log.exception("lease renewal failed")
+
     def start_ticking(self) -> None:
         """Start the tick thread (the lifespan does this; tests may call it directly)."""
         self._stop.clear()
@@ -194,6 +216,15 @@ class ControllerService:
             target=self._tick_loop, name="gridctl-tick", daemon=True
         )
         self._tick_thread.start()
+        self._start_renewing()
+
+    def _start_renewing(self) -> None:
+        if self.lease is None or self._renew_thread is not None:
+            return
+        self._renew_thread = threading.Thread(
+            target=self._renew_loop, name="gridctl-lease", daemon=True
+        )
+        self._renew_thread.start()
 
     def stop_ticking(self) -> None:
         self._stop.set()
@@ -201,6 +232,9 @@ class ControllerService:
         if self._tick_thread is not None:
             self._tick_thread.join(timeout=30)
             self._tick_thread = None
+        if self._renew_thread is not None:
+            self._renew_thread.join(timeout=30)
+            self._renew_thread = None
         if self.lease is not None:
             self.lease.release()  # a clean stop hands authority over without waiting
 
@@ -270,6 +304,7 @@ class ControllerService:
                 target=self._tick_loop, name="gridctl-tick", daemon=True
             )
             self._tick_thread.start()
+            self._start_renewing()
             stop_watch = asyncio.Event()
             tasks = [asyncio.create_task(self._probe_loop(upstream))]
             if self.source is not None:

@@ -10,6 +10,10 @@ Protocol (one cycle every ``heartbeat_seconds``, sooner after an action ends):
 3. the same with ``request_commands: true`` — the control heartbeat, sent only
    while the executor is idle; its commands go through intake and the executor.
 
+With several controllers (``controller_url`` as a comma-separated list) the
+control heartbeat goes where authority is and lease heartbeats go to all of
+them (``gridctl.node.controllers``).
+
 Every request carries the host-scoped credential in ``X-Grid-Allocator-Node-Token``;
 the loop refuses to send it over plain HTTP to anything but loopback. A receipt
 is marked acknowledged only after a 2xx response, so an ack lost in transit is
@@ -34,6 +38,7 @@ from gridctl.domain.states import HostState
 from gridctl.errors import PermanentError, TransientError
 from gridctl.node import overrides, reports
 from gridctl.node.actuator import HostActuator
+from gridctl.node.controllers import ControllerSet
 from gridctl.node.executor import CommandExecutor
 from gridctl.node.intake import CommandIntake
 from gridctl.node.protecting import ProtectionLoop
@@ -45,6 +50,7 @@ from gridctl.node.sampling import sample_resources
 log = logging.getLogger("gridctl.node")
 
 AGENT_STATUS_META = "agent_status"
+MIRROR_TIMEOUT_SECONDS = 5.0  # a controller that does not answer must not stall the cycle
 
 
 def require_safe_controller_url(url: str) -> None:
@@ -87,11 +93,10 @@ class NodeAgent:
         instance_id: str = "",
         protection: ProtectionLoop | None = None,
     ) -> None:
-        require_safe_controller_url(controller_url)
+        self.controllers = ControllerSet(controller_url, validate=require_safe_controller_url)
         self.protection = protection  # the local protection loop; None = always accepting
         self.facts, self.actuator, self.executor, self.intake = facts, actuator, executor, intake
         self.store = actuator.store
-        self.base_url = controller_url.rstrip("/")
         self._token = token
         self._engine_api_key = engine_api_key
         self.heartbeat_seconds = heartbeat_seconds
@@ -110,6 +115,11 @@ class NodeAgent:
             "last_heartbeat_at": None,
             "last_error": None,
         }
+
+    @property
+    def base_url(self) -> str:
+        """The controller this node believes holds authority."""
+        return self.controllers.current
 
     def close(self) -> None:
         self._client.close()
@@ -158,13 +168,17 @@ class NodeAgent:
 
     # --- HTTP -------------------------------------------------------------------------
 
-    def _send(self, method: str, path: str, body: dict[str, object]) -> httpx.Response:
+    def _send(
+        self, method: str, path: str, body: dict[str, object], *, to: str | None = None
+    ) -> httpx.Response:
+        short = self.controllers.several and not body.get("request_commands")
         try:
             return self._client.request(
                 method,
-                f"{self.base_url}{path}",
+                f"{to or self.base_url}{path}",
                 json=body,
                 headers={NODE_TOKEN_HEADER: self._token()},
+                timeout=MIRROR_TIMEOUT_SECONDS if short else httpx.USE_CLIENT_DEFAULT,
             )
         except httpx.HTTPError as exc:
             raise TransientError(f"controller unreachable: {type(exc).__name__}", 2.0) from exc
@@ -223,8 +237,33 @@ class NodeAgent:
         except ValueError:
             answer = {}
         answer = answer if isinstance(answer, dict) else {}
+        allocator = answer.get("allocator")
+        if isinstance(allocator, dict) and self.controllers.follow(allocator.get("leader_url")):
+            self.registered = False  # authority is elsewhere: register there next
+            self.status["controller"] = self.base_url
+            return answer
         self._absorb(answer, request_commands=request_commands, duration=duration)
+        if not request_commands and self.controllers.several:
+            self._mirror({**body, "acknowledgements": []})
         return answer
+
+    def _mirror(self, body: dict[str, object]) -> None:
+        """Feed the other controllers' registries (receipts stay with authority)."""
+        for url in self.controllers.others():
+            try:
+                if url not in self.controllers.mirrored:
+                    sample, envelope, records = self._report_parts()
+                    reg = reports.registration(
+                        self.facts, sample, envelope, reports.ready_models(records)
+                    )
+                    if self._send("PUT", f"/nodes/{self.facts.host_id}", reg, to=url).is_success:
+                        self.controllers.mirrored.add(url)
+                path = f"/nodes/{self.facts.host_id}/heartbeat"
+                if not self._send("POST", path, body, to=url).is_success:
+                    self.controllers.mirrored.discard(url)
+            except TransientError as exc:
+                self.controllers.mirrored.discard(url)
+                log.debug("controller %s: %s", url, exc)
 
     def _absorb(self, answer: dict[str, Any], *, request_commands: bool, duration: float) -> None:
         marks = answer.get("model_last_used_at")
@@ -261,9 +300,18 @@ class NodeAgent:
     def cycle(self) -> None:
         """One round: health probes, registration if needed, lease then control heartbeat."""
         self.actuator.refresh()
+        try:
+            if not self.registered:
+                self.register()
+            self.heartbeat(request_commands=False)
+        except TransientError:
+            if self.controllers.several:
+                self.controllers.fail_over()
+                self.registered = False
+                self.status["controller"] = self.base_url
+            raise
         if not self.registered:
-            self.register()
-        self.heartbeat(request_commands=False)
+            return  # authority moved during this round: the next round goes there
         if self.executor.idle and not self.stopping:
             self.heartbeat(request_commands=True)
 
