@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "gridctl.cli.dash_cmd",
     "gridctl.cli.artifacts_cmd",
     "gridctl.cli.state_cmd",
+    "gridctl.cli.lab_cmd",
 )
 
 

@@ -72,6 +72,8 @@ class SequenceLearner:
         self.policy = policy
         self.cursors: dict[str, Cursor] = {}  # insertion order = least recently seen first
         self.transitions: dict[tuple[str, str], TransitionStats] = {}
+        # a lower bound of every ``seen`` held: no scan is needed before the horizon passes it
+        self._oldest_seen = float("inf")
 
     def observe(self, features: RequestFeatures) -> None:
         if features.session is None or features.evaluation:
@@ -100,14 +102,21 @@ class SequenceLearner:
 
     def expire(self, now: float) -> None:
         horizon = now - self.policy.affinity_expiry_seconds
+        if horizon <= self._oldest_seen:
+            return  # nothing held is older than the horizon
         for key in [k for k, c in self.cursors.items() if c.seen < horizon]:
             del self.cursors[key]
         for edge in [e for e, s in self.transitions.items() if s.seen < horizon]:
             del self.transitions[edge]
+        self._oldest_seen = min(
+            [c.seen for c in self.cursors.values()] + [s.seen for s in self.transitions.values()],
+            default=float("inf"),
+        )
 
     def _touch(self, key: str, cursor: Cursor) -> None:
         self.cursors.pop(key, None)
         self.cursors[key] = cursor
+        self._oldest_seen = min(self._oldest_seen, cursor.seen)
         while len(self.cursors) > self.policy.affinity_max_workflows:
             del self.cursors[next(iter(self.cursors))]
 
@@ -116,6 +125,7 @@ class SequenceLearner:
         stats = self.transitions.pop(edge, TransitionStats(0, (), at))
         leads = (*stats.leads, lead)[-LEAD_SAMPLES:]
         self.transitions[edge] = TransitionStats(stats.examples + 1, leads, at)
+        self._oldest_seen = min(self._oldest_seen, at)
         while len(self.transitions) > self.policy.affinity_max_transitions:
             del self.transitions[next(iter(self.transitions))]
 

@@ -37,3 +37,12 @@ def test_domain_imports_no_io() -> None:
     new = imported_by("gridctl.domain")
     leaked = sorted(m for m in new if m.split(".")[0] in FORBIDDEN or m == "time")
     assert leaked == []
+
+
+def test_lab_imports_no_io() -> None:
+    """The scenario lab is pure too: simulated clock, seeded streams, no I/O."""
+    new = imported_by(
+        "gridctl.lab.scenario, gridctl.lab.graduation, gridctl.lab.oracle, gridctl.lab.optimality"
+    )
+    leaked = sorted(m for m in new if m.split(".")[0] in FORBIDDEN or m == "time")
+    assert leaked == []

@@ -1,0 +1,146 @@
+"""The arrival trace: every request of the scenario, generated once from the seed.
+
+Arrivals depend only on the seed, the population, the duration and the
+workload curves — never on what a strategy does — and each carries the text
+the production classifier reads, the endpoint, an optional named model, and
+its session's raw affinity key. ``trace_digest`` is the identity strategies are
+compared on: every run re-hashes the arrivals it actually consumed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from gridctl.lab.population import STAGE_SHARE, User
+from gridctl.lab.rng import Stream
+
+MINUTE = 60.0
+
+TEXTS: dict[str, tuple[str, ...]] = {
+    "coding": (
+        "fix the python function that fails this test",
+        "refactor this typescript module and explain the bug",
+        "why does this stack trace appear when I compile",
+        "write a test for the parser function",
+    ),
+    "research": (
+        "summarize this paper and compare its sources",
+        "give me an analysis of the study results",
+        "compare these sources and summarize the findings",
+    ),
+    "marketing": (
+        "draft a launch campaign for the new brand",
+        "write a slogan that speaks to our audience",
+        "plan the campaign launch calendar",
+    ),
+    "sales": (
+        "prepare a pricing quote for the customer",
+        "follow up with the prospect about the deal",
+        "summarize the customer call and the pricing",
+    ),
+    "design": (
+        "suggest a layout and palette for the landing page",
+        "review this wireframe and the typography",
+        "turn this mockup into a cleaner layout",
+    ),
+    "general": (
+        "what is on my calendar tomorrow",
+        "help me write a polite reply",
+        "explain this in simpler words",
+    ),
+}
+ENDPOINTS = {
+    "image": ("image", "image"),
+    "video": ("video", "video"),
+    "embedding": ("embeddings", "text"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    minute: int
+    t: float
+    user_id: str
+    intent: str  # the workload the persona meant (the classifier decides what is learned)
+    endpoint: str
+    modality: str
+    text: str
+    model: str | None  # a named model (operations traffic) or None for ``auto``
+    session: str  # raw affinity key
+    input_units: int
+    output_units: int
+
+    def line(self) -> str:
+        return (
+            f"{self.minute}|{self.t:.6f}|{self.user_id}|{self.intent}|{self.endpoint}|"
+            f"{self.modality}|{self.text}|{self.model or ''}|{self.session}|"
+            f"{self.input_units}|{self.output_units}"
+        )
+
+
+def _base_weights(user: User, names: list[str]) -> tuple[list[float], float]:
+    """The persona's own share per workload (the part not following the project)."""
+    total = sum(share for _, share in user.persona.mix)
+    follow = 0.0 if user.persona.names_model else STAGE_SHARE
+    base = dict.fromkeys(names, 0.0)
+    for workload, share in user.persona.mix:
+        base[workload] += (1.0 - follow) * share / total
+    return [base[w] for w in names], follow
+
+
+def generate(
+    users: tuple[User, ...],
+    minutes: int,
+    curves: Mapping[str, tuple[float, ...]],
+    seed: int,
+    start: float,
+    baseline_model: str,
+) -> tuple[tuple[Arrival, ...], ...]:
+    """Every arrival, grouped by minute (in time order within a minute)."""
+    stream = Stream(seed, "arrivals")
+    names = sorted(curves)
+    index = {w: i for i, w in enumerate(names)}
+    bases = [_base_weights(user, names) for user in users]
+    by_minute: list[tuple[Arrival, ...]] = []
+    for minute in range(minutes):
+        rows: list[Arrival] = []
+        factors = [curves[w][minute] for w in names]
+        for user, (base, follow) in zip(users, bases, strict=True):
+            stage, cycle = user.stage_at(minute)
+            weights = list(base)
+            weights[index[stage]] += follow
+            weights = [w * f for w, f in zip(weights, factors, strict=True)]
+            count = stream.poisson(user.persona.rate_per_minute * sum(weights))
+            for _ in range(count):
+                workload = names[stream.weighted(weights)]
+                endpoint, modality = ENDPOINTS.get(workload, ("chat", "text"))
+                texts = TEXTS.get(workload, ("",))
+                text = texts[stream.below(len(texts))] if endpoint == "chat" else ""
+                rows.append(
+                    Arrival(
+                        minute=minute,
+                        t=round(start + MINUTE * (minute + stream.uniform()), 6),
+                        user_id=user.user_id,
+                        intent=workload,
+                        endpoint=endpoint,
+                        modality=modality,
+                        text=text,
+                        model=baseline_model if user.persona.names_model else None,
+                        session=f"{user.project.project_id}/{user.user_id}/{cycle}",
+                        input_units=50 + stream.below(400),
+                        output_units=20 + stream.below(300),
+                    )
+                )
+        rows.sort(key=lambda a: (a.t, a.user_id))
+        by_minute.append(tuple(rows))
+    return tuple(by_minute)
+
+
+def trace_digest(arrivals: Iterable[Arrival]) -> str:
+    digest = hashlib.sha256()
+    for arrival in arrivals:
+        digest.update(arrival.line().encode())
+        digest.update(b"\n")
+    return digest.hexdigest()
