@@ -185,7 +185,9 @@ def start_fleet(settings: FleetSettings, *, detached: bool, say: object = print)
                 "--tags",
                 "local,cpu",
                 "--port-range",
-                f"{first}-{first + PORTS_PER_HOST - 1}",
+                f"{first}-{first + PORTS_PER_HOST - 2}",
+                "--artifact-listen",  # the last port of the host's block: its peer mirror
+                f"127.0.0.1:{first + PORTS_PER_HOST - 1}",
                 "--foreground",
             ],
             log,

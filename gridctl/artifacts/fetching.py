@@ -105,12 +105,15 @@ class StagedTransfer:
         ceiling_bytes: int | None,
         client: httpx.Client,
         progress: ProgressFn | None = None,
+        on_source: Callable[[str], None] | None = None,
     ) -> None:
         self.staging, self.sha256, self.ceiling = staging, sha256.lower(), ceiling_bytes
         self.client, self.progress = client, progress or (lambda done, total: None)
+        self.on_source = on_source or (lambda source: None)  # which source is streaming now
 
     def run(self, source: RemoteSource, retry: RetryPolicy = DEFAULT_RETRY) -> FetchResult:
         """Complete the staging file from ``source`` and prove its digest (or raise)."""
+        self.on_source(source.source)
         retrying = Retrying(
             retry=retry_if_exception_type(TransferInterrupted),
             stop=stop_after_attempt(retry.attempts),

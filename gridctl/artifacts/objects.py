@@ -14,7 +14,7 @@ import fcntl
 import hashlib
 import os
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -92,6 +92,7 @@ class ObjectDir:
         *,
         ceiling: int | None,
         progress: ProgressFn | None = None,
+        on_source: Callable[[str], None] | None = None,
         retry: RetryPolicy = DEFAULT_RETRY,
         verify: str | bool = True,
     ) -> tuple[Path, FetchResult]:
@@ -104,6 +105,7 @@ class ObjectDir:
                 ceiling_bytes=ceiling,
                 client=client,
                 progress=progress,
+                on_source=on_source,
             )
             result = fetch_first(transfer, sources, retry=retry)
         return self.publish(self.partial_path(sha256), sha256), result

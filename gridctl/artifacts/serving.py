@@ -106,7 +106,7 @@ class FileBody(Response):
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
                 group.cancel_scope.cancel()
         finally:
-            verdict = "complete" if sent == self.length and not gone.is_set() else "aborted"
+            verdict = "complete" if sent == self.length else "aborted"
             log.info("%s sent=%d of=%d %s", self.label, sent, self.length, verdict)
 
 
@@ -114,6 +114,8 @@ def file_response(
     request: Request, path: Path, display: str, bytes_per_second: int | None = None
 ) -> Response:
     try:
+        if not path.is_file():
+            raise FileNotFoundError(path)
         size = path.stat().st_size
     except OSError:
         log.info("%s %s status=404", request.method, display)
@@ -146,10 +148,11 @@ def file_response(
 
 
 def _inside(root: Path, *parts: str) -> Path | None:
-    if any(p in ("", ".", "..") or "\\" in p for p in parts):
+    # Lexical containment: no empty, dot or dot-dot segment can climb out of ROOT.
+    # Symlinks inside ROOT are followed on purpose (a Hugging Face cache links to blobs).
+    if any(p in ("", ".", "..") or "\\" in p or "\0" in p for p in parts):
         return None
-    candidate = root.joinpath(*parts).resolve()
-    return candidate if candidate.is_relative_to(root) else None
+    return root.joinpath(*parts)
 
 
 def _authorized(request: Request, token: str | None) -> bool:

@@ -125,6 +125,12 @@ def render_status(doc: dict[str, Any]) -> str:
             f"{host['host_id']:<18} {host['state']:<12} {used:>14} "
             f"{_age(host['heartbeat_age_seconds']):>5}  {res}"
         )
+        for t in host.get("transfers", []):
+            percent = "?" if t.get("percent") is None else f"{t['percent']:.1f}"
+            lines.append(
+                f"  fetching {t.get('model_id')}: {percent}% of "
+                f"{(t.get('bytes_total') or 0) // (1024 * 1024)} MB from {t.get('source')}"
+            )
     lines.append("")
     lines.append(f"{'MODEL':<24} {'SYNC':<10} {'HEALTH':<12} {'READY':>5} {'WANT':>5}  REASON")
     for model in doc["models"]:
@@ -132,6 +138,8 @@ def render_status(doc: dict[str, Any]) -> str:
             f"{model['model_id']:<24} {model['sync']:<10} {model['health']:<12} "
             f"{model['ready']:>5} {model['desired']:>5}  {model.get('reason', '')}"
         )
+        for warning in model.get("warnings", []):
+            lines.append(f"  warning: {model['model_id']}: {warning}")
     lines.append("")
     pending = doc["pending_commands"]
     lines.append(

@@ -134,6 +134,7 @@ class Follower:
     """Prints residency transitions and command outcomes from successive status documents."""
 
     def __init__(self) -> None:
+        self.transfer_marks: dict[tuple[str, str], int] = {}
         self.states: dict[tuple[str, str], str] = {}
         self.seen_events: set[tuple[float, str, str]] = set()
         self.started = time.monotonic()
@@ -151,6 +152,7 @@ class Follower:
             if before != after and not (before is None and after == "gone"):
                 lines.append(f"{stamp} {key[1]} on {key[0]}: {before or 'absent'} -> {after}")
         self.states = {k: v for k, v in current.items()}
+        lines.extend(self._transfers(doc, stamp))
         for event in doc.get("history", []):
             name = event.get("event", "")
             if not any(
@@ -168,6 +170,38 @@ class Follower:
                 f"{event.get('message') or ''}".rstrip()
             )
         return lines
+
+    def _transfers(self, doc: dict[str, Any], stamp: str) -> list[str]:
+        """One progress line per running transfer whenever its byte count moved."""
+        lines, marks = [], {}
+        for host in doc.get("hosts", []):
+            for t in host.get("transfers", []):
+                key = (host["host_id"], str(t.get("artifact_sha256")))
+                marks[key] = int(t.get("bytes_done") or 0)
+                if self.transfer_marks.get(key) != marks[key]:
+                    lines.append(f"{stamp} {transfer_line(host['host_id'], t)}")
+        self.transfer_marks = marks
+        return lines
+
+
+def progress_bar(done: int, total: int | None, width: int = 24) -> str:
+    if not total:
+        return "[" + "?" * width + "]"
+    filled = min(width, width * done // total)
+    return "[" + "#" * filled + "." * (width - filled) + "]"
+
+
+def transfer_line(host_id: str, t: dict[str, Any]) -> str:
+    """``gemma on local-1: fetch [######..] 42% 105.0/241.4 MB 12.3 MB/s from SOURCE``."""
+    done, total = int(t.get("bytes_done") or 0), t.get("bytes_total")
+    mib = 1024 * 1024
+    percent = f"{100 * done // total}%" if total else "?%"
+    size = f"{done / mib:.1f}/{total / mib:.1f} MB" if total else f"{done / mib:.1f} MB"
+    rate = float(t.get("rate_bytes_per_second") or 0.0) / mib
+    return (
+        f"{t.get('model_id')} on {host_id}: fetch {progress_bar(done, total)} {percent} "
+        f"{size} {rate:.1f} MB/s from {t.get('source')}"
+    )
 
 
 def _follow_until(

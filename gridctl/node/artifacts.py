@@ -206,10 +206,22 @@ class ArtifactCache:
                         rate_bytes_per_second=meter.rate(done),
                     )
 
+        def on_source(source: str) -> None:
+            with self._transfers_lock:
+                current = self._transfers.get(sha256)
+                if current is not None:
+                    self._transfers[sha256] = replace(current, source=source)
+
         verify: str | bool = str(self.peer_ca_file) if self.peer_ca_file else True
         try:
             published, _ = self.dir.fetch(
-                sha256, sources, ceiling=ceiling, progress=progress, retry=self.retry, verify=verify
+                sha256,
+                sources,
+                ceiling=ceiling,
+                progress=progress,
+                on_source=on_source,
+                retry=self.retry,
+                verify=verify,
             )
             return published
         finally:
