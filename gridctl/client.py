@@ -6,14 +6,16 @@ in-process. The operator capability is read from a file, never from argv.
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from gridctl.credentials import OPERATOR_TOKEN_HEADER, read_operator_capability
+from gridctl.credentials import OPERATOR_TOKEN_HEADER, CredentialError, read_operator_capability
 from gridctl.errors import GridctlError
+from gridctl.transport import InsecureTransport, require_safe_url, verify_setting
 
 DEFAULT_CONTROLLER = "http://127.0.0.1:22100"
 
@@ -38,6 +40,21 @@ def default_controller_url() -> str:
     return os.environ.get("GRIDCTL_CONTROLLER", DEFAULT_CONTROLLER)
 
 
+def default_ca_file() -> Path | None:
+    env = os.environ.get("GRIDCTL_CA_FILE")
+    return Path(env) if env else None
+
+
+def add_ca_file_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--ca-file",
+        type=Path,
+        metavar="PEM",
+        help="CA bundle to verify an https:// controller with (default $GRIDCTL_CA_FILE; "
+        "`gridctl ca show --pem` prints the fleet CA)",
+    )
+
+
 class ControllerError(GridctlError):
     """The controller answered with an error, or could not be reached."""
 
@@ -55,11 +72,20 @@ class ControllerClient:
         token: str | None = None,
         transport: httpx.BaseTransport | None = None,
         timeout: float = 10.0,
+        ca_file: Path | None = None,
     ) -> None:
         self.base_url = (base_url or default_controller_url()).rstrip("/")
         self._token = token
         self._token_file = token_file
-        self._client = httpx.Client(base_url=self.base_url, transport=transport, timeout=timeout)
+        ca_file = ca_file or default_ca_file()
+        if ca_file is not None and not ca_file.is_file():
+            raise ControllerError(f"CA file {ca_file} not found (--ca-file / GRIDCTL_CA_FILE)")
+        self._client = httpx.Client(
+            base_url=self.base_url,
+            transport=transport,
+            timeout=timeout,
+            verify=verify_setting(self.base_url, ca_file),
+        )
 
     def close(self) -> None:
         self._client.close()
@@ -71,6 +97,10 @@ class ControllerClient:
         self.close()
 
     def _operator_headers(self) -> dict[str, str]:
+        try:
+            require_safe_url(self.base_url, "the operator token")
+        except InsecureTransport as exc:
+            raise ControllerError(f"{exc} (the controller at {self.base_url})") from None
         token = self._token
         if token is None:
             path = self._token_file or default_token_file()
@@ -80,6 +110,10 @@ class ControllerClient:
                 raise ControllerError(
                     f"cannot read the operator token file {path}: {exc.strerror}; "
                     "pass --token-file or set GRIDCTL_TOKEN_FILE"
+                ) from None
+            except CredentialError as exc:
+                raise ControllerError(
+                    f"{exc}; pass --token-file or set GRIDCTL_TOKEN_FILE"
                 ) from None
         return {OPERATOR_TOKEN_HEADER: token}
 

@@ -31,6 +31,7 @@ import json
 import os
 import secrets
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -44,6 +45,7 @@ from gridctl.errors import PermanentError
 
 TOKEN_PREFIX = "gridctl-node-v1"
 SIGNING_KEY_FILE = "node-credential-signing.pem"
+PREVIOUS_SIGNING_KEY_FILE = "node-credential-signing.previous.pem"
 OPERATOR_CAPABILITY_FILE = "operator.token"
 NODE_TOKEN_HEADER = "X-Grid-Allocator-Node-Token"
 OPERATOR_TOKEN_HEADER = "X-Grid-Allocator-Token"
@@ -129,6 +131,46 @@ def load_or_create_signing_key(state_dir: Path) -> Ed25519PrivateKey:
     return key
 
 
+def rotate_signing_key(state_dir: Path) -> Ed25519PrivateKey:
+    """Make a new signing key; the old one is kept to verify what it signed until it expires."""
+    path = Path(state_dir) / SIGNING_KEY_FILE
+    if path.exists():
+        os.replace(path, Path(state_dir) / PREVIOUS_SIGNING_KEY_FILE)
+    return load_or_create_signing_key(state_dir)
+
+
+def verification_keys(state_dir: Path) -> dict[str, Ed25519PublicKey]:
+    """Every key whose signatures are still accepted, by key id (current and previous)."""
+    keys = {key_id(k): k.public_key() for k in [load_or_create_signing_key(state_dir)]}
+    previous = Path(state_dir) / PREVIOUS_SIGNING_KEY_FILE
+    if previous.exists():
+        loaded = serialization.load_pem_private_key(
+            read_secret_file(previous).encode("ascii"), password=None
+        )
+        if isinstance(loaded, Ed25519PrivateKey):
+            keys.setdefault(key_id(loaded), loaded.public_key())
+    return keys
+
+
+def credential_claims_unverified(token: str) -> dict[str, object]:
+    """The claims a token states, unverified: for its holder's own bookkeeping
+    (when to renew) and to pick the key to verify with — never for a decision."""
+    parts = token.strip().split(".")
+    if len(parts) != 3 or len(token) > MAX_TOKEN_CHARS:
+        return {}
+    try:
+        claims = json.loads(_unb64(parts[1]))
+    except (binascii.Error, ValueError, UnicodeError):
+        return {}
+    return claims if isinstance(claims, dict) else {}
+
+
+def token_key_id(token: str) -> str | None:
+    """The ``kid`` a token claims (unverified; only to pick the key to verify with)."""
+    kid = credential_claims_unverified(token).get("kid")
+    return kid if isinstance(kid, str) else None
+
+
 def key_id(key: Ed25519PrivateKey | Ed25519PublicKey) -> str:
     """A short public fingerprint naming the signing key inside tokens."""
     public = key.public_key() if isinstance(key, Ed25519PrivateKey) else key
@@ -148,20 +190,31 @@ def _unb64(text: str) -> bytes:
 
 
 def issue_node_credential(
-    key: Ed25519PrivateKey, host_id: str, *, now: float, ttl_seconds: float = DEFAULT_TTL_SECONDS
+    key: Ed25519PrivateKey,
+    host_id: str,
+    *,
+    now: float,
+    ttl_seconds: float = DEFAULT_TTL_SECONDS,
+    addresses: Sequence[str] = (),
 ) -> str:
-    """Sign a credential that authorises exactly ``host_id`` until ``now + ttl_seconds``."""
+    """Sign a credential that authorises exactly ``host_id`` until ``now + ttl_seconds``.
+
+    ``addresses`` (claim ``adv``) are the addresses the host may advertise engine
+    endpoints on; a credential without them may advertise loopback engines only.
+    """
     if not host_id or len(host_id) > 128:
         raise CredentialError("host id must be 1-128 characters")
     if ttl_seconds <= 0:
         raise CredentialError("credential lifetime must be positive")
-    payload = {
+    payload: dict[str, object] = {
         "host_id": host_id,
         "iat": int(now),
         "exp": int(now + ttl_seconds),
         "kid": key_id(key),
         "jti": secrets.token_hex(8),
     }
+    if addresses:
+        payload["adv"] = sorted({a.strip("[]") for a in addresses})
     body = _b64(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode("utf-8"))
     signed = f"{TOKEN_PREFIX}.{body}".encode("ascii")
     return f"{TOKEN_PREFIX}.{body}.{_b64(key.sign(signed))}"
@@ -242,6 +295,11 @@ def ensure_operator_capability(path: Path) -> str:
     capability = secrets.token_urlsafe(32)
     write_secret_file(path, capability + "\n")
     return capability
+
+
+def rotate_operator_capability(path: Path) -> None:
+    """Replace the operator capability; a running controller picks it up by mtime."""
+    write_secret_file(Path(path), secrets.token_urlsafe(32) + "\n")
 
 
 def read_operator_capability(path: Path) -> str:

@@ -21,7 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from gridctl.cli import plan_cmd
-from gridctl.client import ControllerClient, ControllerError, default_controller_url
+from gridctl.client import (
+    ControllerClient,
+    ControllerError,
+    add_ca_file_argument,
+    default_controller_url,
+)
 from gridctl.controller.applying import PLAN_FORMAT
 from gridctl.domain import Mode
 from gridctl.errors import WireError
@@ -52,6 +57,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="FILE",
         help="operator token file (default $GRIDCTL_TOKEN_FILE or the one `gridctl up` wrote)",
     )
+    add_ca_file_argument(parser)
     parser.add_argument(
         "--dry-run", action="store_true", help="with DIR: print the actions, change nothing"
     )
@@ -78,7 +84,11 @@ def run(args: argparse.Namespace) -> int:
     url = args.controller or (
         against if isinstance(against, str) and plan_cmd.is_url(against) else None
     )
-    with ControllerClient(url or default_controller_url(), token_file=args.token_file) as client:
+    with ControllerClient(
+        url or default_controller_url(),
+        token_file=args.token_file,
+        ca_file=getattr(args, "ca_file", None),
+    ) as client:
         try:
             answer = client.call_admin("POST", "/allocator/apply", json=saved)
         except ControllerError as exc:

@@ -8,17 +8,25 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gridctl.cli.ca_cmd import parse_duration
 from gridctl.client import DEFAULT_CONTROLLER
 from gridctl.controller.reading import DEFAULT_INTERVAL_SECONDS, SourceOptions
+from gridctl.credentials import DEFAULT_TTL_SECONDS
+from gridctl.errors import GridctlError
 
 if TYPE_CHECKING:
     from gridctl.controller.stores.postgres import PostgresLocation
 
 
 def parse_listen(value: str) -> tuple[str, int]:
+    """``ADDR:PORT`` with IPv6 in brackets (``[::1]:8443``)."""
     host, sep, port = value.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
         raise argparse.ArgumentTypeError(f"--listen must be HOST:PORT, not {value!r}")
+    if ":" in host and not host.startswith("["):
+        raise argparse.ArgumentTypeError(
+            f"an IPv6 --listen address needs brackets: [{host}]:{port}"
+        )
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
@@ -159,8 +167,42 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--advertise",
         metavar="URL",
         default=None,
-        help="base URL other controllers send nodes to while this one holds authority "
-        "(default: http://LISTEN)",
+        help="base URL other machines reach this controller at: nodes are sent here while it "
+        "holds authority, and join bundles name it (default: from --listen)",
+    )
+    tls = parser.add_argument_group(
+        "TLS and membership",
+        "Off loopback the controller serves HTTPS only: with a certificate from the fleet CA "
+        "(created in STATE_DIR/pki on first start) unless --tls-cert/--tls-key bring your own.",
+    )
+    tls.add_argument("--tls", action="store_true", help="serve HTTPS on loopback too")
+    tls.add_argument("--tls-cert", type=Path, metavar="PEM", help="your own certificate chain")
+    tls.add_argument("--tls-key", type=Path, metavar="PEM", help="its private key")
+    tls.add_argument(
+        "--tls-ca",
+        type=Path,
+        metavar="PEM",
+        help="the CA that issued --tls-cert (joining nodes pin it)",
+    )
+    tls.add_argument(
+        "--engine-tls-ca",
+        type=Path,
+        metavar="PEM",
+        help="an extra CA (a private intranet CA) trusted for external engines",
+    )
+    tls.add_argument(
+        "--node-credential-ttl",
+        type=parse_duration,
+        default=float(DEFAULT_TTL_SECONDS),
+        metavar="DURATION",
+        help="lifetime of node credentials issued at join and renewal (default 30d); "
+        "nodes renew after half of it",
+    )
+    tls.add_argument(
+        "--router-auth",
+        choices=("auto", "required", "open"),
+        default="auto",
+        help="router API keys on /v1/*: auto requires them off loopback (default)",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     parser.set_defaults(func=run)
@@ -189,7 +231,7 @@ def shared_store(args: argparse.Namespace) -> PostgresLocation | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gridctl.controller.serving import ControllerService, ServiceOptions
+    from gridctl.controller.serving import ControllerService, ServiceOptions, TlsOptions
 
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
@@ -198,7 +240,6 @@ def run(args: argparse.Namespace) -> int:
     if args.watch is not None and not args.watch.is_dir():
         print(f"error: --watch {args.watch}: not a directory", file=sys.stderr)
         return 1
-    from gridctl.errors import TransientError
 
     host, port = args.listen
     try:
@@ -214,13 +255,26 @@ def run(args: argparse.Namespace) -> int:
                 source=source,
                 store=shared,
                 advertise_url=args.advertise,
+                tls=TlsOptions(
+                    cert=args.tls_cert,
+                    key=args.tls_key,
+                    ca=args.tls_ca,
+                    force=args.tls,
+                    engine_ca=args.engine_tls_ca,
+                ),
+                node_credential_ttl=args.node_credential_ttl,
+                router_auth=args.router_auth,
             )
         )
-    except (ValueError, TransientError) as exc:
+        if service.tls_enabled:
+            service.serving_certificate()  # fail here, not inside the server, if it cannot
+    except (ValueError, OSError, GridctlError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     where = f"store {shared.describe()}" if shared is not None else f"state {args.state}"
-    print(f"gridctl controller on http://{host}:{port} ({where})", flush=True)
+    print(f"gridctl controller on {service.url} ({where})", flush=True)
+    if service.identity is not None and service.tls_enabled:
+        print(f"fleet CA {service.identity.pinned_fingerprint()}", flush=True)
     if service.source is not None:
         print(f"desired state: {describe_source(service.source.status())}", flush=True)
     service.run()

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gridctl.client import ControllerClient, ControllerError
+from gridctl.client import ControllerClient, ControllerError, add_ca_file_argument
 
 EXIT_IN_SYNC, EXIT_DRIFT, EXIT_ERROR = 0, 1, 2
 
@@ -36,6 +36,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--token-file", type=Path, metavar="FILE", help="unused: status is a public read"
     )
+    add_ca_file_argument(parser)
     parser.add_argument("--json", action="store_true", help="print the drift report as JSON")
     parser.set_defaults(func=run)
 
@@ -124,7 +125,9 @@ def render_drift(report: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        with ControllerClient(args.controller, token_file=args.token_file) as client:
+        with ControllerClient(
+            args.controller, token_file=args.token_file, ca_file=getattr(args, "ca_file", None)
+        ) as client:
             doc = client.status()
     except ControllerError as exc:
         print(f"error: {exc}", file=sys.stderr)

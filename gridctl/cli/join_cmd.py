@@ -7,7 +7,7 @@ import re
 import sys
 from pathlib import Path
 
-from gridctl.client import ControllerClient, ControllerError
+from gridctl.client import ControllerClient, ControllerError, add_ca_file_argument
 
 KINDS = ("llama.cpp", "vllm", "ollama", "openai")
 
@@ -28,6 +28,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--max-concurrency", type=int, default=1)
     parser.add_argument("--controller", metavar="URL")
     parser.add_argument("--token-file", type=Path, metavar="FILE")
+    add_ca_file_argument(parser)
     parser.set_defaults(func=run)
 
 
@@ -43,7 +44,9 @@ def run(args: argparse.Namespace) -> int:
         "max_concurrency": args.max_concurrency,
     }
     try:
-        with ControllerClient(args.controller, token_file=args.token_file) as client:
+        with ControllerClient(
+            args.controller, token_file=args.token_file, ca_file=getattr(args, "ca_file", None)
+        ) as client:
             client.call_admin("PUT", f"/allocator/external/{name}", json=body)
     except ControllerError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "gridctl.cli.split_cmd",
     "gridctl.cli.node_cmd",
     "gridctl.cli.token_cmd",
+    "gridctl.cli.ca_cmd",
     "gridctl.cli.dash_cmd",
     "gridctl.cli.artifacts_cmd",
     "gridctl.cli.state_cmd",

@@ -36,6 +36,7 @@ from gridctl.node.daemon import (
     read_daemon_record,
     run_daemon,
 )
+from gridctl.node.joining import NodeIdentity, read_join_bundle
 from gridctl.node.processes import Liveness, check_identity, signal_proven, stop_proven
 from gridctl.node.protecting import PROTECTION_META, load_node_policy
 from gridctl.node.protection import ProtectionPolicy
@@ -64,9 +65,24 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     node_sub = node.add_subparsers(dest="node_command", metavar="SUBCOMMAND")
 
     start = node_sub.add_parser("start", help="start the node daemon")
-    start.add_argument("--controller", required=True, help="controller base URL")
-    start.add_argument("--token-file", type=Path, required=True, help="owner-only credential")
-    start.add_argument("--host-id", required=True, help="stable id of this host")
+    start.add_argument(
+        "--join",
+        type=Path,
+        metavar="FILE",
+        help="join the fleet with a bundle from `gridctl join-token create` (once; the "
+        "identity is kept in the state directory and reused by later starts)",
+    )
+    start.add_argument(
+        "--advertise",
+        metavar="ADDR",
+        help="address other machines reach this host's engines on (IPv4 or IPv6); engines "
+        "bind it and serve TLS with the engine certificate issued at join",
+    )
+    start.add_argument("--controller", help="controller base URL (default: from the join)")
+    start.add_argument(
+        "--token-file", type=Path, help="owner-only credential (default: from the join)"
+    )
+    start.add_argument("--host-id", help="stable id of this host (default: from the join bundle)")
     _state_arg(start)
     start.add_argument("--capacity-mb", type=int, default=None, help="model memory (MB)")
     start.add_argument("--reserved-mb", type=int, default=0, help="memory kept for the host")
@@ -174,8 +190,53 @@ def _config(args: argparse.Namespace) -> NodeConfig:
     )
 
 
+def _resolve_identity(args: argparse.Namespace) -> None:
+    """Join if asked, then fill --controller/--token-file/--host-id from the stored identity."""
+    identity = NodeIdentity(_state_dir(args))
+    if args.join is not None:
+        if not args.advertise:
+            raise GridctlError("--join needs --advertise ADDR (where other machines reach you)")
+        bundle = read_join_bundle(args.join)
+        if identity.exists():
+            print(
+                f"already joined as {identity.record().get('host_id')} "
+                f"({identity.record_file}); the bundle is not used again",
+                file=sys.stderr,
+            )
+        else:
+            host_id = identity.join(bundle, [args.advertise], host_id=args.host_id)
+            print(f"joined {bundle.controller} as host {host_id} (identity in {identity.dir})")
+    if identity.exists():
+        record = identity.record()
+        if args.host_id and args.host_id != record.get("host_id"):
+            raise GridctlError(
+                f"--host-id {args.host_id} differs from the joined identity "
+                f"{record.get('host_id')} in {identity.record_file}"
+            )
+        args.host_id = str(record["host_id"])
+        args.controller = args.controller or str(record["controller"])
+        args.token_file = args.token_file or identity.token_file
+        advertised = record.get("advertise") or []
+        if args.advertise is None and advertised:
+            args.advertise = str(advertised[0])
+    missing = [
+        flag
+        for flag, value in (
+            ("--controller", args.controller),
+            ("--token-file", args.token_file),
+            ("--host-id", args.host_id),
+        )
+        if not value
+    ]
+    if missing:
+        raise GridctlError(
+            f"{', '.join(missing)} required (or join first: --join FILE --advertise ADDR)"
+        )
+
+
 def run_start(args: argparse.Namespace) -> int:
     try:
+        _resolve_identity(args)
         config = _config(args)
     except (ValueError, GridctlError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -268,6 +329,7 @@ def _start_flags(args: argparse.Namespace) -> list[str]:
         ("--artifact-listen", args.artifact_listen),
         ("--artifact-peer-ca", args.artifact_peer_ca.absolute() if args.artifact_peer_ca else None),
         ("--policy", args.policy.absolute() if args.policy else None),
+        ("--advertise", args.advertise),
     ):
         if value is not None:
             flags += [name, str(value)]

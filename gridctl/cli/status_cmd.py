@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gridctl.cli.diff_cmd import drift_report
-from gridctl.client import ControllerClient, ControllerError
+from gridctl.client import ControllerClient, ControllerError, add_ca_file_argument
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -29,6 +29,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="operator token file (default $GRIDCTL_TOKEN_FILE or the one `gridctl up` wrote)",
     )
+    add_ca_file_argument(parser)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -61,7 +62,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _client(args: argparse.Namespace) -> ControllerClient:
-    return ControllerClient(args.controller, token_file=args.token_file)
+    return ControllerClient(
+        args.controller, token_file=args.token_file, ca_file=getattr(args, "ca_file", None)
+    )
 
 
 def _age(seconds: float | None) -> str:

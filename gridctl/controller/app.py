@@ -21,10 +21,12 @@ from gridctl.controller.applying import applied_summary, check_saved_plan, plan_
 from gridctl.controller.auth import AuthFailure, NodeVerifier, require_node, require_operator
 from gridctl.controller.control import Controller
 from gridctl.controller.desired import ApiDesired
+from gridctl.controller.endpoints import check_engine_endpoints
 from gridctl.controller.evaluations import record_evaluation
 from gridctl.controller.statusdoc import build_status
 from gridctl.domain import Mode
 from gridctl.errors import PermanentError, WireError
+from gridctl.transport import is_plain_off_loopback
 
 MAX_JSON_BYTES = 4 * 1024 * 1024
 EXTERNAL_KINDS = ("llama.cpp", "vllm", "ollama", "openai")
@@ -67,13 +69,17 @@ class ControllerApp:
         self,
         controller: Controller,
         *,
-        operator_token: str,
+        operator_token: str | Callable[[], str],
         verify_node: NodeVerifier,
         extra_routes: list[Route] | None = None,
         metrics: Callable[[], bytes] | None = None,
+        save_external: Callable[[str, dict[str, Any]], None] | None = None,
+        node_extras: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
+        self.node_extras = node_extras  # added to every node response (trust bundle digest)
         self.ctl = controller
-        self.operator_token = operator_token
+        self._operator = operator_token
+        self.save_external = save_external
         self.verify_node = verify_node
         self.extra_routes = extra_routes or []
         self.render_metrics = metrics
@@ -98,28 +104,40 @@ class ControllerApp:
         ]
         return Starlette(routes=routes)
 
+    @property
+    def operator_token(self) -> str:
+        """The current operator capability (re-read after a rotation)."""
+        return self._operator() if callable(self._operator) else self._operator
+
     async def healthz(self, request: Request) -> Response:
         return JSONResponse({"ok": True})
 
     async def register(self, request: Request) -> Response:
         host_id = request.path_params["node_id"]
-        require_node(request, host_id, self.verify_node)
+        claims = require_node(request, host_id, self.verify_node)
         payload = await read_json(request)
+        check_engine_endpoints(payload, claims)
         self.ctl.register(host_id, payload)
-        return JSONResponse(self.ctl.heartbeat_response(host_id, []))
+        return JSONResponse(self._node_answer(self.ctl.heartbeat_response(host_id, [])))
 
     async def heartbeat(self, request: Request) -> Response:
         host_id = request.path_params["node_id"]
-        require_node(request, host_id, self.verify_node)
+        claims = require_node(request, host_id, self.verify_node)
         payload = await read_json(request)
         if isinstance(payload, dict) and payload.get("node_id") not in (None, host_id):
             raise WireError("node_id does not match the URL", "/node_id")
+        check_engine_endpoints(payload, claims)
         revision = self.ctl.heartbeat(host_id, payload)
         commands: list[dict[str, Any]] = []
         if payload.get("request_commands", True):
             await asyncio.to_thread(self.ctl.wait_for_tick, revision, COMMAND_WAIT_SECONDS)
             commands = await asyncio.to_thread(self.ctl.commands_for, host_id)
-        return JSONResponse(self.ctl.heartbeat_response(host_id, commands))
+        return JSONResponse(self._node_answer(self.ctl.heartbeat_response(host_id, commands)))
+
+    def _node_answer(self, answer: dict[str, Any]) -> dict[str, Any]:
+        if self.node_extras is not None:
+            answer.update(self.node_extras())
+        return answer
 
     async def status(self, request: Request) -> Response:
         document = await asyncio.to_thread(build_status, self.ctl)
@@ -196,6 +214,14 @@ class ControllerApp:
         endpoint, model, kind = body.get("endpoint"), body.get("model_id"), body.get("kind")
         if not isinstance(endpoint, str) or not endpoint.startswith(("http://", "https://")):
             raise WireError("endpoint must be an http(s) URL", "/endpoint")
+        if is_plain_off_loopback(endpoint):
+            raise WireError(
+                "endpoint must be https:// off loopback: prompts and keys never cross plain HTTP",
+                "/endpoint",
+            )
+        existing = self.ctl.registry.host(name)
+        if existing is not None and existing.role != "external":
+            raise WireError(f"{name!r} is a managed host; pick another --name", "/name")
         if not isinstance(model, str) or not model:
             raise WireError("model_id is required", "/model_id")
         if kind not in EXTERNAL_KINDS:
@@ -206,6 +232,16 @@ class ControllerApp:
         self.ctl.registry.register_external(
             name, endpoint.rstrip("/"), model, kind, self.ctl.clock(), max_concurrency=concurrency
         )
+        if self.save_external is not None:
+            self.save_external(
+                name,
+                {
+                    "endpoint": endpoint.rstrip("/"),
+                    "model_id": model,
+                    "kind": kind,
+                    "max_concurrency": concurrency,
+                },
+            )
         self.ctl.event("external_joined", host_id=name, model_id=model, message=kind)
         self.ctl.mark_dirty(safety=True)
         return JSONResponse({"host_id": name, "model_id": model, "kind": kind})

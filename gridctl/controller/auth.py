@@ -34,15 +34,16 @@ def require_operator(request: Request, operator_token: str) -> None:
         raise AuthFailure(401, "operator token rejected")
 
 
-NodeVerifier = Callable[[str, str], str]  # (credential, host id) -> bound host id
+NodeVerifier = Callable[[str, str], dict[str, object]]  # (credential, host id) -> claims
 
 
-def require_node(request: Request, host_id: str, verify: NodeVerifier) -> None:
+def require_node(request: Request, host_id: str, verify: NodeVerifier) -> dict[str, object]:
+    """The verified claims of the request's node credential for ``host_id`` (or 401/403)."""
     token = request.headers.get(NODE_TOKEN_HEADER)
     if not token:
         raise AuthFailure(401, f"node credential required ({NODE_TOKEN_HEADER})")
     try:
-        verify(token, host_id)
+        return verify(token, host_id)
     except CredentialError as exc:
         status = getattr(exc, "http_status", 401)
         raise AuthFailure(status, f"node credential rejected: {exc}") from None

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import secrets
+import ssl
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -27,8 +27,10 @@ from gridctl.config.resolving import policy_from_document
 from gridctl.controller.app import ControllerApp
 from gridctl.controller.control import Controller
 from gridctl.controller.desired import ApiDesired, DesiredProvider
+from gridctl.controller.joining import FleetIdentity
 from gridctl.controller.reading import SourceOptions, make_reader
 from gridctl.controller.registry import Registry
+from gridctl.controller.routerkeys import guard_router_route, serving_names
 from gridctl.controller.statusdoc import build_status
 from gridctl.controller.stores import DEFAULT_LEASE_SECONDS
 from gridctl.controller.stores.opening import open_lease, open_store
@@ -37,27 +39,22 @@ if TYPE_CHECKING:
     from gridctl.controller.stores.postgres import PostgresLocation
 from gridctl.controller.watching import DesiredSource, watch_directory
 from gridctl.credentials import (
+    DEFAULT_TTL_SECONDS,
     CredentialError,
-    ensure_operator_capability,
-    load_or_create_signing_key,
-    verify_node_credential,
+    presented_operator_capability,
 )
 from gridctl.domain import DesiredState
+from gridctl.errors import GridctlError
 from gridctl.metrics import ControllerMetrics
 from gridctl.router.proxy import Router, RouterContext
 from gridctl.router.telemetry import RequestObservation, TelemetryTap
 from gridctl.router.unbound import UnboundDirectory
+from gridctl.transport import base_url, is_loopback
 
 log = logging.getLogger(__name__)
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+KEEP_ALIVE_SECONDS = 30  # above the node's 5 s heartbeat, so reuse never races a close
 
 
 @dataclass
@@ -74,29 +71,55 @@ class ServiceOptions:
     source: SourceOptions = field(default_factory=SourceOptions)  # ref, remote, signatures
     store: PostgresLocation | None = None  # shared state for highly available controllers
     advertise_url: str | None = None  # where nodes reach this controller (default: listen)
+    tls: TlsOptions = field(default_factory=lambda: TlsOptions())
+    node_credential_ttl: float = DEFAULT_TTL_SECONDS
+    router_auth: str = "auto"  # auto (keys required off loopback) | required | open
+
+
+@dataclass(frozen=True)
+class TlsOptions:
+    """How the controller serves HTTPS.
+
+    Off loopback HTTPS is mandatory: with the fleet CA (made in the state
+    directory on first start) unless ``cert``/``key`` bring the organisation's
+    own certificate, whose issuing CA is ``ca``. ``force`` serves HTTPS on
+    loopback too. ``engine_ca`` is an extra CA for external engines.
+    """
+
+    cert: Path | None = None
+    key: Path | None = None
+    ca: Path | None = None
+    force: bool = False
+    engine_ca: Path | None = None
 
 
 class ControllerService:
     """Everything one `gridctl controller` process runs."""
 
     def __init__(self, options: ServiceOptions) -> None:
-        if not is_loopback(options.host):
-            raise ValueError(
-                f"refusing to listen on {options.host}: credentials would cross plain HTTP off "
-                "loopback; put gridctl behind a TLS terminator bound to loopback"
-            )
+        tls = options.tls
+        self.tls_enabled = tls.force or tls.cert is not None or not is_loopback(options.host)
+        if (tls.cert is None) != (tls.key is None):
+            raise ValueError("--tls-cert and --tls-key go together")
+        if self.tls_enabled and options.state_dir is None and tls.cert is None:
+            raise ValueError("serving HTTPS needs a state directory for the fleet CA")
         self.options = options
         clock = options.clock
         state_dir = options.state_dir
         if state_dir is not None:
             state_dir.mkdir(parents=True, exist_ok=True)
             state_dir.chmod(0o700)
-        self.operator_token = (
-            ensure_operator_capability((state_dir or Path(".")) / "operator.token")
-            if state_dir
-            else ""
+        self.identity = (
+            FleetIdentity(
+                state_dir,
+                clock=clock,
+                credential_ttl=options.node_credential_ttl,
+                public_url=options.advertise_url or self.url,
+                pinned_ca_pem=tls.ca.read_text(encoding="ascii") if tls.ca else None,
+            )
+            if state_dir is not None
+            else None
         )
-        self._signing_key = load_or_create_signing_key(state_dir) if state_dir else None
         self.registry = Registry()
         self.store = open_store(state_dir, clock=clock, shared=options.store)
         desired: DesiredProvider
@@ -117,8 +140,10 @@ class ControllerService:
             else DEFAULT_LEASE_SECONDS,
             clock=clock,
             shared=options.store,
-            address=options.advertise_url or f"http://{options.host}:{options.port}",
+            address=options.advertise_url or self.url,
         )
+        if self.identity is not None:
+            self._restore_externals()
         self.controller = Controller(
             desired=desired,
             registry=self.registry,
@@ -163,12 +188,57 @@ class ControllerService:
     def _desired_changed(self) -> None:
         self.controller.mark_dirty(safety=True)
 
-    def verify_node(self, token: str, host_id: str) -> str:
-        if self._signing_key is None:
+    @property
+    def url(self) -> str:
+        scheme = "https" if self.tls_enabled else "http"
+        return base_url(scheme, self.options.host, self.options.port)
+
+    @property
+    def operator_token(self) -> str:
+        return self.identity.operator_token() if self.identity is not None else ""
+
+    def verify_node(self, token: str, host_id: str) -> dict[str, object]:
+        if self.identity is None:
             raise CredentialError("this controller has no state directory and no signing key")
-        return verify_node_credential(
-            token, self._signing_key, now=self.options.clock(), expected_host_id=host_id
-        )
+        return self.identity.verify(token, host_id)
+
+    def _restore_externals(self) -> None:
+        """External engines registered with `gridctl join` survive a controller restart."""
+        assert self.identity is not None
+        for name, body in sorted(self.identity.membership.externals().items()):
+            try:
+                self.registry.register_external(
+                    name,
+                    str(body["endpoint"]),
+                    str(body["model_id"]),
+                    str(body["kind"]),
+                    self.options.clock(),
+                    max_concurrency=int(body.get("max_concurrency", 1)),
+                )
+            except (KeyError, TypeError, ValueError, GridctlError) as exc:
+                log.warning("external engine %s not restored: %s", name, exc)
+
+    def _save_external(self, name: str, body: dict[str, Any]) -> None:
+        if self.identity is not None:
+            self.identity.membership.save_external(name, body, now=self.options.clock())
+
+    def engine_verify(self) -> ssl.SSLContext:
+        """How the router and prober verify engines: the fleet trust bundle, the system
+        store (for external engines with public certificates) and ``--engine-tls-ca``."""
+        context = ssl.create_default_context()
+        if self.identity is not None:
+            context.load_verify_locations(cadata=self.identity.trust_bundle())
+        if self.options.tls.engine_ca is not None:
+            context.load_verify_locations(cafile=str(self.options.tls.engine_ca))
+        return context
+
+    def router_keys_required(self) -> bool:
+        mode = self.options.router_auth
+        if mode == "required":
+            return True
+        if mode == "open":
+            return False
+        return not is_loopback(self.options.host)
 
     def _configured(self, model: str) -> bool:
         current = self.controller.current_desired()
@@ -268,7 +338,9 @@ class ControllerService:
 
     def build_app(self) -> Starlette:
         upstream = httpx.AsyncClient(
-            transport=self.options.upstream_transport, timeout=httpx.Timeout(600.0, connect=5.0)
+            transport=self.options.upstream_transport,
+            timeout=httpx.Timeout(600.0, connect=5.0),
+            verify=self.engine_verify(),
         )
         self.upstream = upstream
         router = Router(
@@ -289,12 +361,17 @@ class ControllerService:
         )
         # proxy measurements override self-reported speed in placement snapshots
         self.registry.measured = router.attribution.host_aggregates
+        routes = [guard_router_route(r, self._router_client) for r in router.routes()]
+        if self.identity is not None:
+            routes = self.identity.routes() + routes
         app = ControllerApp(
             self.controller,
-            operator_token=self.operator_token,
+            operator_token=lambda: self.operator_token,
             verify_node=self.verify_node,
-            extra_routes=router.routes(),
+            extra_routes=routes,
             metrics=self.metrics.render,
+            save_external=self._save_external,
+            node_extras=self._node_extras,
         ).build()
 
         @contextlib.asynccontextmanager
@@ -328,11 +405,40 @@ class ControllerService:
         return app
 
     def run(self) -> None:
+        ssl_files: dict[str, Any] = {}
+        if self.tls_enabled:
+            cert, key = self.serving_certificate()
+            ssl_files = {"ssl_certfile": str(cert), "ssl_keyfile": str(key)}
         config = uvicorn.Config(
             self.build_app(),
             host=self.options.host,
             port=self.options.port,
             log_level="warning",
             lifespan="on",
+            timeout_keep_alive=KEEP_ALIVE_SECONDS,
+            **ssl_files,
         )
         uvicorn.Server(config).run()
+
+    def serving_certificate(self) -> tuple[Path, Path]:
+        """The certificate chain and key the controller serves HTTPS with."""
+        tls = self.options.tls
+        if tls.cert is not None and tls.key is not None:
+            return tls.cert, tls.key
+        assert self.identity is not None
+        return self.identity.ca.server_credentials(
+            serving_names(self.options.host), now=self.options.clock()
+        )
+
+    def _node_extras(self) -> dict[str, Any]:
+        if self.identity is None:
+            return {}
+        return {"trust_bundle_digest": self.identity.trust_bundle_digest()}
+
+    def _router_client(self, request: Any) -> tuple[str | None, str | None]:
+        """(key id, refusal) for a /v1 request: who is asking, or why they may not."""
+        if self.identity is None or not self.router_keys_required():
+            return None, None
+        presented = presented_operator_capability(request.headers)
+        check = self.identity.membership.check_router_key(presented)
+        return check.key_id, (check.reason or None)

@@ -30,6 +30,7 @@ from gridctl.node.processes import Liveness
 from gridctl.node.records import ProcessIdentity, ResidencyRecord
 from gridctl.node.runtimes.llamacpp import ChildFailed, LlamaCppRuntime
 from gridctl.node.statestore import NodeStateStore
+from gridctl.transport import socket_family
 
 MIB = 1024 * 1024
 HEALTH_FAILURES_BEFORE_FAILED = 3
@@ -92,11 +93,12 @@ def available_memory_mb() -> int:
     return int(psutil.virtual_memory().available // MIB)
 
 
-def _port_is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+def _port_is_free(port: int, address: str = "127.0.0.1") -> bool:
+    """Whether ``port`` can be bound on ``address`` (the children's address family)."""
+    with socket.socket(socket_family(address), socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            probe.bind(("127.0.0.1", port))
+            probe.bind((address, port))
         except OSError:
             return False
     return True
@@ -177,7 +179,7 @@ class HostActuator:
     def _allocate_port(self) -> int:
         used = {r.port for r in self.store.residencies() if r.port is not None}
         for port in range(self.ports.first, self.ports.last + 1):
-            if port not in used and _port_is_free(port):
+            if port not in used and _port_is_free(port, self.runtime.network.probe_address):
                 return port
         raise ActionFailure("no_free_port", f"managed range {self.ports.first}-{self.ports.last}")
 

@@ -22,14 +22,13 @@ sent again (duplicates are harmless to the controller).
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import logging
+import ssl
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlparse
 
 import httpx
 
@@ -41,11 +40,13 @@ from gridctl.node.actuator import HostActuator
 from gridctl.node.controllers import ControllerSet
 from gridctl.node.executor import CommandExecutor
 from gridctl.node.intake import CommandIntake
+from gridctl.node.joining import NodeIdentity
 from gridctl.node.protecting import ProtectionLoop
 from gridctl.node.protection import multiplier
 from gridctl.node.records import ResidencyRecord
 from gridctl.node.reports import HostFacts, ResourceSample
 from gridctl.node.sampling import sample_resources
+from gridctl.transport import InsecureTransport, require_safe_url
 
 log = logging.getLogger("gridctl.node")
 
@@ -55,20 +56,10 @@ MIRROR_TIMEOUT_SECONDS = 5.0  # a controller that does not answer must not stall
 
 def require_safe_controller_url(url: str) -> None:
     """Refuse to send a credential over plain HTTP to anything but loopback."""
-    parsed = urlparse(url)
-    if parsed.scheme == "https":
-        return
-    if parsed.scheme != "http":
-        raise PermanentError(f"controller URL must be http(s): {url}")
-    host = parsed.hostname or ""
-    if host == "localhost":
-        return
     try:
-        if ipaddress.ip_address(host).is_loopback:
-            return
-    except ValueError:
-        pass
-    raise PermanentError(f"refusing to send node credentials over plain HTTP to {host}")
+        require_safe_url(url, "node credentials")
+    except InsecureTransport as exc:
+        raise PermanentError(str(exc)) from None
 
 
 class NodeAgent:
@@ -92,8 +83,12 @@ class NodeAgent:
         monotonic: Callable[[], float] = time.monotonic,
         instance_id: str = "",
         protection: ProtectionLoop | None = None,
+        identity: NodeIdentity | None = None,
+        verify: ssl.SSLContext | bool = True,
     ) -> None:
         self.controllers = ControllerSet(controller_url, validate=require_safe_controller_url)
+        self.identity = identity  # a joined node renews its credential and certificate
+        self._transport, self._timeout = transport, request_timeout
         self.protection = protection  # the local protection loop; None = always accepting
         self.facts, self.actuator, self.executor, self.intake = facts, actuator, executor, intake
         self.store = actuator.store
@@ -102,7 +97,7 @@ class NodeAgent:
         self.heartbeat_seconds = heartbeat_seconds
         self.clock, self.monotonic = clock, monotonic
         self._sample = sample or (lambda records: sample_resources(actuator.cache.root, records))
-        self._client = httpx.Client(timeout=request_timeout, transport=transport)
+        self._client = httpx.Client(timeout=request_timeout, transport=transport, verify=verify)
         self.registered = False
         self.stopping = False
         self.artifact_mirror: str | None = None  # base URL of this node's peer mirror
@@ -245,6 +240,7 @@ class NodeAgent:
         self._absorb(answer, request_commands=request_commands, duration=duration)
         if not request_commands and self.controllers.several:
             self._mirror({**body, "acknowledgements": []})
+        self._maybe_renew(answer)
         return answer
 
     def _mirror(self, body: dict[str, object]) -> None:
@@ -264,6 +260,29 @@ class NodeAgent:
             except TransientError as exc:
                 self.controllers.mirrored.discard(url)
                 log.debug("controller %s: %s", url, exc)
+
+    def _maybe_renew(self, answer: dict[str, Any]) -> None:
+        """Renew the credential well before expiry, or at once after a CA rotation."""
+        if self.identity is None:
+            return
+        digest = answer.get("trust_bundle_digest")
+        if not self.identity.needs_renewal(
+            now=self.clock(), bundle_digest=digest if isinstance(digest, str) else None
+        ):
+            return
+        try:
+            self.identity.renew(self._client, self.base_url)
+        except (TransientError, PermanentError) as exc:
+            self.status["last_renewal_error"] = str(exc)
+            log.warning("credential renewal: %s", exc)
+            return
+        self.status["renewed_at"] = self.clock()
+        self.status["renewals"] = int(self.status.get("renewals", 0)) + 1
+        log.info("renewed the node credential and engine certificate")
+        self._client.close()
+        self._client = httpx.Client(
+            timeout=self._timeout, transport=self._transport, verify=self.identity.trust_context()
+        )
 
     def _absorb(self, answer: dict[str, Any], *, request_commands: bool, duration: float) -> None:
         marks = answer.get("model_last_used_at")

@@ -38,13 +38,19 @@ from gridctl.node.artifacts import ArtifactCache
 from gridctl.node.enginekey import ensure_engine_key
 from gridctl.node.executor import CommandExecutor
 from gridctl.node.intake import CommandIntake
+from gridctl.node.joining import NodeIdentity
 from gridctl.node.mirroring import PeerMirror
 from gridctl.node.processes import observe_identity
 from gridctl.node.protecting import ProtectionLoop
 from gridctl.node.protection import ProtectionPolicy
 from gridctl.node.records import ProcessIdentity
 from gridctl.node.reports import HostFacts
-from gridctl.node.runtimes.llamacpp import EngineSettings, LlamaCppRuntime, default_binary
+from gridctl.node.runtimes.llamacpp import (
+    EngineNetwork,
+    EngineSettings,
+    LlamaCppRuntime,
+    default_binary,
+)
 from gridctl.node.sensors import read_sensors
 from gridctl.node.statestore import NodeStateStore
 
@@ -79,6 +85,7 @@ class NodeConfig:
     artifact_listen: str | None = None  # ADDR:PORT of the peer mirror; None = no mirror
     artifact_peer_ca: Path | None = None  # verifies https peers (the fleet CA)
     policy: ProtectionPolicy = field(default_factory=ProtectionPolicy)  # NodePolicy thresholds
+    advertise: str | None = None  # engines bind this address and serve TLS (a joined node)
 
     def facts(self) -> HostFacts:
         capacity = self.capacity_mb
@@ -119,12 +126,23 @@ def build_node(
     store.bind_host(config.host_id)
     api_key, key_file = ensure_engine_key(store, config.state_dir)
     facts = config.facts()
+    identity = NodeIdentity(config.state_dir)
+    joined = identity.exists()
+    network = EngineNetwork()
+    if config.advertise is not None:
+        network = EngineNetwork(
+            advertise=config.advertise,
+            cert_file=identity.cert_file if identity.cert_file.is_file() else None,
+            key_file=identity.key_file if identity.key_file.is_file() else None,
+            ca_file=identity.ca_file if identity.ca_file.is_file() else None,
+        )
     runtime = LlamaCppRuntime(
         binary=config.binary or default_binary(),
         key_file=key_file,
         api_key=api_key,
         log_dir=config.state_dir / "logs",
         settings=config.engine,
+        network=network,
     )
     cache = ArtifactCache(
         config.artifact_dir or config.state_dir / ARTIFACTS,
@@ -165,6 +183,8 @@ def build_node(
         transport=transport,
         instance_id=instance_id,
         protection=protection,
+        identity=identity if joined else None,
+        verify=identity.trust_context() if joined else True,
     )
     agent_ref.append(agent)
     return NodeParts(store, actuator, executor, intake, agent, protection)

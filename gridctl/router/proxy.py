@@ -34,6 +34,7 @@ from gridctl.router.features import RequestFeatures, request_features
 from gridctl.router.sse import UsageParser, completion_tokens
 from gridctl.router.telemetry import RequestObservation, TelemetryTap
 from gridctl.router.unbound import UnboundDirectory, forward_unbound, unbound_request
+from gridctl.transport import is_plain_off_loopback
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
 HOP_HEADERS = {"content-type", "accept"}
@@ -144,6 +145,7 @@ class Router:
                     units_out=units_out,
                     session=affinity.session_token(session),
                     wait_seconds=waited[0],
+                    client=getattr(request.state, "router_client", None),
                 )
             )
 
@@ -248,6 +250,12 @@ class Router:
         observe: Callable[..., None],
     ) -> Response:
         key = circuit_key(route)
+        if is_plain_off_loopback(route.endpoint):  # the controller refuses such endpoints too
+            self._release(route)
+            observe("error", 502, route.host_id)
+            return openai_error(
+                502, "refusing to send a request over plain HTTP off loopback", "api_error"
+            )
         headers = {k: v for k, v in request.headers.items() if k.lower() in HOP_HEADERS}
         if route.api_key:
             headers["authorization"] = f"Bearer {route.api_key}"
@@ -362,6 +370,7 @@ def observation(
     units_out: int,
     session: str | None,
     wait_seconds: float,
+    client: str | None = None,
 ) -> RequestObservation:
     return RequestObservation(
         t=t,
@@ -379,4 +388,5 @@ def observation(
         workload=features.workload,
         session=session,
         wait_seconds=wait_seconds,
+        client=client,
     )

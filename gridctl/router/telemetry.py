@@ -43,6 +43,7 @@ class RequestObservation:
     workload: str = "general"  # coarse class from request shape, never from content
     session: str | None = None  # double-hashed affinity key
     wait_seconds: float = 0.0  # time spent waiting for an admission slot
+    client: str | None = None  # the router key's id (never the key) when keys are in use
 
 
 Sink = Callable[[RequestObservation], None]

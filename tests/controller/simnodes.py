@@ -83,7 +83,7 @@ class SimNode:
         return {"X-Grid-Allocator-Node-Token": self.token}
 
     def endpoint(self, model_id: str) -> str:
-        return f"http://engine.{self.host_id}.test/{model_id}"
+        return f"http://127.0.0.1/engines/{self.host_id}/{model_id}"  # loopback: no TLS needed
 
     def envelope(self) -> dict[str, Any]:
         now = self.clock()

@@ -210,7 +210,7 @@ async def test_joined_external_engine_is_routable_inventory(setup: Any) -> None:
             "/allocator/external/vendor",
             headers=admin,
             json={
-                "endpoint": "http://engine.vendor.test/",
+                "endpoint": "https://engine.vendor.test/",
                 "model_id": "vendor-model",
                 "kind": "openai",
             },

@@ -59,7 +59,7 @@ def live_app(
     controller: RecordingController, *, token: str | None = TOKEN, clock: FakeClock | None = None
 ) -> DashboardApp:
     return build_app(
-        controller="http://controller.test",
+        controller="https://controller.test",
         token=token,
         refresh_seconds=0,
         transport=httpx.MockTransport(controller),

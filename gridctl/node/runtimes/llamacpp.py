@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import ssl
 import subprocess
 import threading
 import time
@@ -27,6 +28,7 @@ import httpx
 from gridctl.errors import PermanentError
 from gridctl.node.processes import Liveness, check_identity, observe_identity, stop_proven
 from gridctl.node.records import ProcessIdentity
+from gridctl.transport import base_url, client_context, is_loopback, wildcard_for
 
 RUNTIME_NAME = "llama.cpp"
 _ENV_ALLOWLIST = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "LD_LIBRARY_PATH", "TZ")
@@ -55,6 +57,35 @@ class EngineSettings:
     ready_timeout: float = 180.0
     probe_timeout: float = 2.0
     extra_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class EngineNetwork:
+    """Where children listen and how they are reached.
+
+    Without an advertised address children bind loopback and speak plain HTTP
+    (a fleet on one machine). With one they bind that address and serve HTTPS
+    with the node's engine certificate (issued by the fleet CA for exactly the
+    advertised addresses); probes verify them against the node's trust bundle.
+    """
+
+    advertise: str | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    ca_file: Path | None = None
+
+    @property
+    def tls(self) -> bool:
+        return self.cert_file is not None and self.key_file is not None
+
+    @property
+    def bind(self) -> str:
+        return (self.advertise or "127.0.0.1").strip("[]")
+
+    @property
+    def probe_address(self) -> str:
+        """Where a free-port probe binds: the advertised family's wildcard, else loopback."""
+        return wildcard_for(self.advertise) if self.advertise else "127.0.0.1"
 
 
 @dataclass(frozen=True)
@@ -101,7 +132,18 @@ class LlamaCppRuntime:
         log_dir: Path,
         settings: EngineSettings | None = None,
         transport: httpx.BaseTransport | None = None,
+        network: EngineNetwork | None = None,
     ) -> None:
+        self.network = network or EngineNetwork()
+        if (
+            self.network.advertise
+            and not is_loopback(self.network.advertise)
+            and not (self.network.tls)
+        ):
+            raise PermanentError(
+                f"engines advertised on {self.network.advertise} must serve TLS: the node "
+                "needs an engine certificate (join the fleet with `gridctl node start --join`)"
+            )
         self.binary = Path(binary)
         self.key_file = Path(key_file)
         self.log_dir = Path(log_dir)
@@ -117,14 +159,20 @@ class LlamaCppRuntime:
     def argv(
         self, model_id: str, model_path: Path, port: int, chat_template: str | None = None
     ) -> list[str]:
-        s = self.settings
+        s, net = self.settings, self.network
+        tls = (
+            ["--ssl-key-file", str(net.key_file), "--ssl-cert-file", str(net.cert_file)]
+            if net.tls
+            else []
+        )
         # A named built-in template needs the legacy (non-Jinja) path: with Jinja on,
         # llama-server would take the name itself as the template text.
         template = ["--no-jinja", "--chat-template", chat_template] if chat_template else []
         return [
             str(self.binary),
-            "--host", "127.0.0.1",
+            "--host", net.bind,
             "--port", str(port),
+            *tls,
             "-a", model_id,
             "-m", str(model_path),
             "--api-key-file", str(self.key_file),
@@ -138,7 +186,7 @@ class LlamaCppRuntime:
         ]  # fmt: skip
 
     def endpoint(self, port: int) -> str:
-        return f"http://127.0.0.1:{port}"
+        return base_url("https" if self.network.tls else "http", self.network.bind, port)
 
     def log_path(self, model_id: str) -> Path:
         return self.log_dir / f"{_UNSAFE_FILE_CHARS.sub('_', model_id)}.log"
@@ -244,7 +292,12 @@ class LlamaCppRuntime:
     # --- probes -----------------------------------------------------------------------
 
     def _client(self) -> httpx.Client:
-        return httpx.Client(timeout=self.settings.probe_timeout, transport=self._transport)
+        verify: ssl.SSLContext | bool = True
+        if self.network.tls and self.network.ca_file is not None:
+            verify = client_context(self.network.ca_file)  # re-read: renewal may replace it
+        return httpx.Client(
+            timeout=self.settings.probe_timeout, transport=self._transport, verify=verify
+        )
 
     def healthy(self, port: int) -> bool:
         try:
