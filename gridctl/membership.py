@@ -93,6 +93,7 @@ class Membership:
             try:
                 cursor = self._db.execute(sql, args)
                 self._db.execute("COMMIT")
+                self._version = -1  # data_version does not move for our own writes
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
@@ -184,6 +185,7 @@ class Membership:
                     (host_id, now),
                 )
                 self._db.execute("COMMIT")
+                self._version = -1
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -71,8 +72,11 @@ class FleetIdentity:
         self.clock = clock
         self.credential_ttl = credential_ttl
         self.public_url = public_url
+        # certificates are checked by every TLS peer against its wall clock, so the CA
+        # dates them (and times its rotation overlap) by the wall clock, not ``clock``
+        self.wall = time.time
         self.ca = FleetCA(self.state_dir)
-        self.ca.init(now=clock())
+        self.ca.init(now=self.wall())
         self.membership = Membership(self.state_dir)
         self._operator_path = self.state_dir / OPERATOR_CAPABILITY_FILE
         self._operator = ensure_operator_capability(self._operator_path)
@@ -133,7 +137,7 @@ class FleetIdentity:
         return token, claims
 
     def trust_bundle(self) -> str:
-        bundle = self.ca.trust_bundle(now=self.clock())
+        bundle = self.ca.trust_bundle(now=self.wall())
         if self._pinned_ca_pem and self._pinned_ca_pem not in bundle:
             bundle = self._pinned_ca_pem + bundle
         return bundle
@@ -177,7 +181,7 @@ class FleetIdentity:
         }
         answer["trust_bundle_digest"] = bundle_digest(answer["trust_bundle"])
         if csr is not None:
-            answer["engine_certificate"] = self.ca.sign_csr(csr, addresses, now=self.clock())
+            answer["engine_certificate"] = self.ca.sign_csr(csr, addresses, now=self.wall())
         return answer
 
     # --- HTTP -------------------------------------------------------------------------

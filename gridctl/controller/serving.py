@@ -161,6 +161,9 @@ class ControllerService:
         self._stop = threading.Event()
         self._tick_thread: threading.Thread | None = None
         self._renew_thread: threading.Thread | None = None
+        self._tls_digest: str | None = None
+        self._engine_context: ssl.SSLContext | None = None
+        self._server_config: uvicorn.Config | None = None
 
     def _api_desired(self, clock: Callable[[], float]) -> ApiDesired:
         """Profiles managed over the API, restored from the store after a restart."""
@@ -334,13 +337,42 @@ class ControllerService:
         while not self._stop.is_set():
             await self.probe_once(client)
             self.registry.refresh_external(self.options.clock())
+            self.refresh_tls()
             await asyncio.sleep(self.options.probe_interval)
 
+    def refresh_tls(self) -> bool:
+        """Follow a CA rotation without a restart; returns whether anything changed.
+
+        New CAs are added to the live engine-verification context (engines renew
+        onto the new CA while the old one stays trusted), and the serving
+        certificate is re-issued from the new CA and loaded into the live server
+        context, so new handshakes use it and open connections are left alone.
+        """
+        if self.identity is None:
+            return False
+        digest = self.identity.trust_bundle_digest()
+        if digest == self._tls_digest:
+            return False
+        first = self._tls_digest is None
+        self._tls_digest = digest
+        if first:
+            return False
+        if self._engine_context is not None:
+            self._engine_context.load_verify_locations(cadata=self.identity.trust_bundle())
+        live = self._server_config.ssl if self._server_config is not None else None
+        if live is not None and self.options.tls.cert is None:
+            cert, key = self.serving_certificate()
+            live.load_cert_chain(str(cert), str(key))
+        log.warning("fleet trust bundle changed (%s): serving certificate re-issued", digest)
+        return True
+
     def build_app(self) -> Starlette:
+        self._engine_context = self.engine_verify()
+        self.refresh_tls()  # remember the bundle the contexts start from
         upstream = httpx.AsyncClient(
             transport=self.options.upstream_transport,
             timeout=httpx.Timeout(600.0, connect=5.0),
-            verify=self.engine_verify(),
+            verify=self._engine_context,
         )
         self.upstream = upstream
         router = Router(
@@ -418,6 +450,7 @@ class ControllerService:
             timeout_keep_alive=KEEP_ALIVE_SECONDS,
             **ssl_files,
         )
+        self._server_config = config
         uvicorn.Server(config).run()
 
     def serving_certificate(self) -> tuple[Path, Path]:
@@ -427,7 +460,7 @@ class ControllerService:
             return tls.cert, tls.key
         assert self.identity is not None
         return self.identity.ca.server_credentials(
-            serving_names(self.options.host), now=self.options.clock()
+            serving_names(self.options.host), now=self.identity.wall()
         )
 
     def _node_extras(self) -> dict[str, Any]:
