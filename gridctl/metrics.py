@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gridctl.domain import HostState, Mode, ResidencyState, UnsatisfiedCode
@@ -153,6 +153,24 @@ class _StateCollector(Collector):
             for owner in owners:
                 residencies.add_metric([name, owner], seen.get((name, owner), 0))
         yield residencies
+        fetched = CounterMetricFamily(
+            "gridctl_artifact_bytes_fetched",
+            "artifact bytes each node received over the network (resets when a node restarts)",
+            labels=["host"],
+        )
+        in_flight = GaugeMetricFamily(
+            "gridctl_artifact_transfer_bytes",
+            "bytes staged so far of each running artifact transfer",
+            labels=["host", "model"],
+        )
+        for record in records:
+            fetched.add_metric([record.host_id], record.artifact_bytes_fetched)
+            for t in record.transfers:
+                in_flight.add_metric(
+                    [record.host_id, str(t.get("model_id"))], t.get("bytes_done", 0)
+                )
+        yield fetched
+        yield in_flight
 
 
 class ControllerMetrics:

@@ -102,6 +102,7 @@ class HostRecord:
     artifact_mirror: str | None = None  # where peers fetch this host's verified artifacts
     transfers: tuple[dict[str, Any], ...] = ()  # artifact downloads running at the heartbeat
     artifacts: tuple[dict[str, Any], ...] = ()  # cached entries as reported (gguf, provenance)
+    artifact_bytes_fetched: int = 0  # the node's network bytes received (a counter)
 
 
 def _artifact_rows(envelope: Any) -> tuple[dict[str, Any], ...]:
@@ -117,6 +118,12 @@ def _transfers(envelope: Any) -> tuple[dict[str, Any], ...]:
 def _mirror(envelope: Any) -> str | None:
     value = envelope.get("artifact_mirror") if isinstance(envelope, dict) else None
     return value if isinstance(value, str) else None
+
+
+def _bytes_fetched(envelope: Any, prior: HostRecord | None) -> int:
+    if isinstance(envelope, dict):
+        return _advertised(envelope.get("artifact_bytes_fetched_total")) or 0
+    return prior.artifact_bytes_fetched if prior is not None else 0
 
 
 def _prior_mirror(prior: HostRecord | None) -> str | None:
@@ -302,6 +309,7 @@ class Registry:
             artifacts=_artifact_rows(envelope)
             if envelope is not None
             else (prior.artifacts if prior else ()),
+            artifact_bytes_fetched=_bytes_fetched(envelope, prior),
         )
 
     def _routes(

@@ -158,6 +158,7 @@ class NodeAgent:
             protection=self._protection_report(),
             transfers=self.actuator.cache.transfers(),
             artifact_mirror=self.artifact_mirror,
+            artifact_bytes_fetched=self.actuator.cache.bytes_fetched,
         )
         return self._sample(records), envelope, records
 

@@ -85,6 +85,7 @@ class ArtifactCache:
         self.retry = retry
         self.peer_ca_file = peer_ca_file  # verifies https peers (the fleet CA)
         self._transfers: dict[str, Transfer] = {}
+        self.bytes_fetched = 0  # network bytes received by this process (a counter)
         self._transfers_lock = threading.Lock()
         self._clear_stale_staging()
 
@@ -194,9 +195,13 @@ class ArtifactCache:
         meter = RateMeter()
         with self._transfers_lock:
             self._transfers[sha256] = Transfer(model_id, sha256, sources[-1].source)
+        baseline = [-1]  # bytes staged at the last report; -1 = nothing received yet
 
         def progress(done: int, total: int | None) -> None:
             with self._transfers_lock:
+                if 0 <= baseline[0] < done:
+                    self.bytes_fetched += done - baseline[0]
+                baseline[0] = done
                 current = self._transfers.get(sha256)
                 if current is not None:
                     self._transfers[sha256] = replace(

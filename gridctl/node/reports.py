@@ -145,6 +145,7 @@ def allocator_envelope(
     protection: dict[str, object] | None = None,
     transfers: Sequence[Transfer] = (),
     artifact_mirror: str | None = None,
+    artifact_bytes_fetched: int = 0,
 ) -> dict[str, object]:
     """The allocator envelope; ``protection`` adds the router's concurrency multiplier
     and the local protection reasons (no sensor values leave the host); ``transfers``
@@ -165,6 +166,7 @@ def allocator_envelope(
         "residencies": rows,
         "actuator_capabilities": CAPABILITIES,
         "transfers": [transfer_row(t) for t in transfers],
+        "artifact_bytes_fetched_total": artifact_bytes_fetched,
     }
     if artifact_mirror is not None:
         envelope["artifact_mirror"] = artifact_mirror

@@ -32,6 +32,22 @@ class ResidencyCell:
 
 
 @dataclass(frozen=True)
+class TransferCell:
+    """One artifact download running on a host."""
+
+    model_id: str
+    bytes_done: int
+    bytes_total: int | None
+    rate_bytes_per_second: float
+
+    @property
+    def fraction(self) -> float | None:
+        if not self.bytes_total:
+            return None
+        return min(1.0, max(0.0, self.bytes_done / self.bytes_total))
+
+
+@dataclass(frozen=True)
 class HostRow:
     host_id: str
     state: str
@@ -50,6 +66,7 @@ class HostRow:
     tags: tuple[str, ...]
     runtimes: tuple[str, ...]
     role: str
+    transfers: tuple[TransferCell, ...] = ()
 
     @property
     def search_text(self) -> str:
@@ -274,6 +291,17 @@ def host_rows(status: Mapping[str, Any]) -> tuple[HostRow, ...]:
                 tags=tuple(map(str, host.get("tags") or ())),
                 runtimes=tuple(map(str, host.get("runtimes") or ())),
                 role=_str(host.get("role")),
+                transfers=tuple(
+                    TransferCell(
+                        model_id=_str(t.get("model_id")),
+                        bytes_done=_int(t.get("bytes_done")),
+                        bytes_total=_int(t.get("bytes_total")) or None,
+                        rate_bytes_per_second=_num(t.get("rate_bytes_per_second")) or 0.0,
+                    )
+                    for t in sorted(
+                        _items(host.get("transfers")), key=lambda t: _str(t.get("model_id"))
+                    )
+                ),
             )
         )
     return tuple(sorted(rows, key=lambda row: row.host_id))

@@ -139,3 +139,15 @@ def test_two_hosts_cost_the_origin_one_download(
     percents = {int(m) for line in bars for m in re.findall(r"\] (\d+)% ", line)}
     assert any(0 < p < 100 for p in percents), bars
     assert any(f"from hf://{OWNER}/{REPO}/{FILE}" in line for line in bars)
+
+    def fetched_bytes() -> dict[str, float]:
+        text = fleet.admin("GET", "/metrics").text
+        pattern = r'^gridctl_artifact_bytes_fetched_total\{host="([^"]+)"\} (\S+)$'
+        return {h: float(v) for h, v in re.findall(pattern, text, re.MULTILINE)}
+
+    counted = wait_for(
+        "both hosts' fetched bytes in /metrics",
+        lambda: (c := fetched_bytes()) and all(v == 253_113_024 for v in c.values()) and c,
+        deadline=60,
+    )
+    assert sorted(counted) == ["local-1", "local-2"]

@@ -94,3 +94,27 @@ def test_consequences_name_the_effect() -> None:
     assert "nothing is executed" in tick_request(view).consequence
     auto_view = build_view(admission_fleet())
     assert "1 executable action" in tick_request(auto_view).consequence
+
+
+def test_a_running_transfer_shows_as_a_bar_in_the_fleet_row() -> None:
+    from gridctl.tui.widgets.fleet_panel import residency_summary
+
+    document = copy.deepcopy(degraded_fleet())
+    host = document["hosts"][0]
+    host["transfers"] = [
+        {
+            "model_id": "gemma-3-270m",
+            "artifact_sha256": "a" * 64,
+            "bytes_done": 131_072_000,
+            "bytes_total": 262_144_000,
+            "rate_bytes_per_second": 22_020_096.0,
+            "percent": 50.0,
+        }
+    ]
+    row = next(h for h in build_view(document).hosts if h.host_id == host["host_id"])
+    (transfer,) = row.transfers
+    assert transfer.fraction == 0.5 and transfer.bytes_total == 262_144_000
+    shown = residency_summary(row).plain
+    assert "gemma-3-270m fetching █████░░░░░ 50% 21.0MB/s" in shown
+    untouched = build_view(degraded_fleet())
+    assert all(h.transfers == () for h in untouched.hosts)

@@ -87,6 +87,21 @@ def capacity_bar(used_mb: int, reserved_mb: int, capacity_mb: int, width: int = 
     return text
 
 
+def transfer_bar(fraction: float | None, rate_bytes_per_second: float, width: int = 10) -> Text:
+    """``[█████░░░░░] 52% 21.0MB/s``: an artifact download's progress."""
+    text = Text()
+    if fraction is None:
+        text.append("░" * width, style="dim")
+        text.append(" ?%")
+    else:
+        solid = round(fraction * width)
+        text.append("█" * solid, style="cyan")
+        text.append("░" * (width - solid), style="dim")
+        text.append(f" {int(fraction * 100)}%")
+    text.append(f" {rate_bytes_per_second / (1024 * 1024):.1f}MB/s", style="dim")
+    return text
+
+
 def age(seconds: float | None) -> str:
     """A short human age: ``4s``, ``3m12s``, ``2h05m``, ``3d4h``; ``-`` when unknown."""
     if seconds is None:

@@ -26,7 +26,12 @@ def residency_summary(host: HostRow) -> Text:
         text.append(cells.styled(residency.state, cells.RESIDENCY_STATE_STYLES))
         if residency.ownership != "managed":
             text.append(f" ({residency.ownership})", style="dim")
-    if not host.residencies:
+    for transfer in host.transfers:
+        if text.plain:
+            text.append(" · ", style="dim")
+        text.append(f"{transfer.model_id} fetching ")
+        text.append_text(cells.transfer_bar(transfer.fraction, transfer.rate_bytes_per_second))
+    if not host.residencies and not host.transfers:
         text.append("—", style="dim")
     return text
 
