@@ -1,13 +1,12 @@
 """Users, personas and bounded synthetic projects.
 
 Each user has a persona (a workload mix and a request rate); users are
-grouped into at most ``MAX_PROJECTS`` projects. A project walks a fixed
-sequence of work stages (for a campaign: research, marketing, design, image),
-each stage a stable number of minutes on the project's shared clock; members
-mostly send requests of their persona's current stage, within one session per
-pass through their workflow, so
-the production sequence learner can discover the stage order. Request
-*counts* stay independently sampled per user and minute.
+grouped into at most ``MAX_PROJECTS`` projects. A project walks its lead's
+fixed sequence of work stages (a marketing team: research, marketing,
+design, image), each stage a stable number of minutes on one clock; members
+mostly send requests of the current stage, within one session per pass
+through the sequence, so the production sequence learner can discover the
+stage order. Request *counts* stay independently sampled per user and minute.
 """
 
 from __future__ import annotations
@@ -57,9 +56,10 @@ WORKFLOWS: dict[str, tuple[str, ...]] = {
 
 @dataclass(frozen=True)
 class Project:
-    """Shared timing: every member is in the same stage index at the same minute."""
+    """A team: its lead persona's workflow, on one clock every member shares."""
 
     project_id: str
+    stages: tuple[str, ...]
     offset: int  # minutes into its cycle at the scenario's start
 
 
@@ -70,9 +70,8 @@ class User:
     project: Project
 
     def stage_at(self, minute: int) -> tuple[str, int]:
-        """The user's stage workload at ``minute`` (their persona's workflow on the
-        project's clock) and which pass through the sequence."""
-        stages = WORKFLOWS[self.persona.name]
+        """The project's stage workload at ``minute`` and which pass through its workflow."""
+        stages = self.project.stages
         position = minute + self.project.offset
         stage = (position // STAGE_MINUTES) % len(stages)
         cycle = position // (STAGE_MINUTES * len(stages))
@@ -87,8 +86,11 @@ def population(users: int, seed: int) -> tuple[User, ...]:
     weights = [w for _, w in PERSONAS]
     personas = [PERSONAS[stream.weighted(weights)][0] for _ in range(users)]
     count = min(MAX_PROJECTS, max(1, -(-users // PROJECT_SIZE)))
-    cycle = STAGE_MINUTES * 12  # a common multiple of every workflow's length
-    projects = [Project(f"project-{i:02d}", stream.below(cycle)) for i in range(count)]
+    projects: list[Project] = []
+    for index in range(count):
+        stages = WORKFLOWS[personas[index * users // count].name]  # the team lead's workflow
+        offset = stream.below(STAGE_MINUTES * len(stages))
+        projects.append(Project(f"project-{index:02d}", stages, offset))
     return tuple(
         User(f"user-{i:04d}", personas[i], projects[i * count // users]) for i in range(users)
     )
