@@ -97,6 +97,7 @@ class AuthorityLease:
         self._lock = threading.Lock()
         self._grant: Grant | None = None
         self.warnings: list[str] = []
+        self.last_error: str | None = None  # a local file: contention, never unreachable
         path = Path(state_dir) / LEASE_DATABASE
         Path(state_dir).mkdir(parents=True, exist_ok=True)
         try:

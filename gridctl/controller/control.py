@@ -224,7 +224,7 @@ class Controller:
         )
 
     def _lost_reason(self) -> str:
-        failed = getattr(self.lease, "last_error", None)
+        failed = self.lease.last_error if self.lease is not None else None
         return f"lease renewal failed: {failed}" if failed else "another controller holds the lease"
 
     def holds_authority(self) -> bool:
@@ -263,7 +263,7 @@ class Controller:
         """The mode in force and, when automatic was asked for but refused, why."""
         mode, refused = self.store.effective_mode(self.policy().mode)
         if mode is Mode.AUTOMATIC and not self.holds_authority():
-            if self.lease is not None and getattr(self.lease, "last_error", None):
+            if self.lease is not None and self.lease.last_error:
                 return Mode.RECOMMEND, f"automatic refused: {self._lost_reason()}"
             return Mode.RECOMMEND, "automatic refused: another controller holds authority"
         return mode, refused

@@ -266,7 +266,8 @@ def build_status(ctl: Controller) -> dict[str, Any]:
         "controller": {
             "controller_id": ctl.authority.controller_id,
             "term": ctl.authority.term,
-            "holds_authority": ctl.authority.holds,
+            "holds_authority": ctl.holds_authority(),
+            "leader_url": ctl.leader_url(),
             "lease_expires_at": ctl.authority.lease_expires_at,
             "plan_generation": str(ctl.last_generation) if ctl.last_generation else None,
             "started_at": ctl.started_at,

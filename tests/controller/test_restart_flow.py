@@ -9,22 +9,23 @@ survives the restart.
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
-from gridctl.controller.store import ControllerStore
 from gridctl.domain import ActionKind, Mode, ReceiptStatus
 from gridctl.reconcile import BlockedCode, CancelReason, RestartGrace, reconcile
 
 from ..reconcile.builders import assign, fleet, host, plan, policy, profile, profiles, res
+from .conftest import StoreOpener
 from .storefixtures import T0, FakeClock
 
 PROFS = profiles(profile("m"), profile("n"))
 POLICY = policy(max_concurrent_mutations=2)
 
 
-def test_restored_commands_get_the_grace_then_lose_their_slot(tmp_path: Path) -> None:
-    clock = FakeClock(T0)
-    first = ControllerStore(tmp_path, clock=clock)
+def test_restored_commands_get_the_grace_then_lose_their_slot(
+    open_store: StoreOpener, clock: FakeClock
+) -> None:
+    """On SQLite a restart; on PostgreSQL equally a follower taking over the same rows."""
+    first = open_store()
     the_plan = plan(assign("n", "h2"))
     before = fleet(host("h1", res("m"), seen=T0), host("h2", cached=[("n", None)], seen=T0), now=T0)
     tick = reconcile(the_plan, before, PROFS, POLICY, Mode.AUTOMATIC, (), (), T0)
@@ -38,7 +39,7 @@ def test_restored_commands_get_the_grace_then_lose_their_slot(tmp_path: Path) ->
 
     clock.advance(30)  # the controller restarts
     restarted_at = clock.now
-    second = ControllerStore(tmp_path, clock=clock)
+    second = open_store()
     pending = second.pending()
     assert all(p.restored and p.delivered for p in pending)
     memory = replace(second.memory(), grace=RestartGrace(restarted_at=restarted_at))

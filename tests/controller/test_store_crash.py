@@ -32,7 +32,13 @@ def batch(i):
             host_id=f"h{j}", model_id=f"m{i}", executable=True, reason="x" * 2000)))
     return out
 
-store = ControllerStore(sys.argv[1])
+if sys.argv[1].startswith("postgresql://"):
+    from pathlib import Path
+    from gridctl.controller.stores.postgres import PostgresBackend, PostgresLocation
+    backend = PostgresBackend(PostgresLocation(sys.argv[1], Path(sys.argv[2])))
+    store = ControllerStore(None, backend=backend)
+else:
+    store = ControllerStore(sys.argv[1])
 previous = []
 i = 0
 while True:
@@ -44,9 +50,9 @@ while True:
 """
 
 
-def _run_and_kill(state: Path, commits_before_kill: int) -> list[int]:
+def _run_and_kill(target: list[str], commits_before_kill: int) -> list[int]:
     proc = subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(state)],
+        [sys.executable, "-c", WRITER, *target],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -70,12 +76,21 @@ def _run_and_kill(state: Path, commits_before_kill: int) -> list[int]:
 
 
 @pytest.mark.e2e
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 @pytest.mark.parametrize("commits_before_kill", [7, 41, 113])
 def test_sigkill_during_transactions_leaves_every_commit_and_no_partial_one(
-    tmp_path: Path, commits_before_kill: int
+    tmp_path: Path, commits_before_kill: int, backend: str, request: pytest.FixtureRequest
 ) -> None:
-    printed = _run_and_kill(tmp_path, commits_before_kill)
-    store = ControllerStore(tmp_path)
+    if backend == "postgresql":
+        from gridctl.controller.stores.postgres import PostgresBackend
+
+        location = request.getfixturevalue("pg_location")
+        target = [location.url, str(location.password_file)]
+        printed = _run_and_kill(target, commits_before_kill)
+        store = ControllerStore(None, backend=PostgresBackend(location))
+    else:
+        printed = _run_and_kill([str(tmp_path)], commits_before_kill)
+        store = ControllerStore(tmp_path)
     assert store.durable and store.warnings == ()  # not mistaken for corruption
     pending = Counter(p.action.model_id for p in store.pending())
     cancelled = Counter(e.model_id for e in store.history() if e.status is ReceiptStatus.CANCELLED)

@@ -59,6 +59,7 @@ class Lease(Protocol):
     controller_id: str
     lease_seconds: float
     warnings: list[str]
+    last_error: str | None  # why the last renewal failed (None: it did not fail)
 
     def acquire(self) -> Grant | None: ...
 
