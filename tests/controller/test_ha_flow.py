@@ -23,7 +23,7 @@ from .test_http_flow import profile
 
 POLICY = (
     "apiVersion: gridctl/v1\nkind: ControllerPolicy\nmetadata: {name: p}\n"
-    "spec:\n  mode: automatic\n  controller_lease_seconds: 1\n"
+    "spec:\n  mode: automatic\n  controller_lease_seconds: 3\n"
 )
 
 
