@@ -119,21 +119,20 @@ def test_each_host_has_its_own_loopback_unreachable_from_elsewhere(
 
     assert wait_http(a, url, watch=server, deadline=30).text == token
     from_b = b.python(
-        "import socket, time\n"
-        "start = time.monotonic()\n"
+        "import socket\n"
         "try:\n"
         "    socket.create_connection(('127.0.0.1', ARGS), timeout=5).close()\n"
-        "    result = ['connected', 0]\n"
+        "    result = 'connected'\n"
         "except OSError as exc:\n"
-        "    result = [type(exc).__name__, time.monotonic() - start]\n",
+        "    result = type(exc).__name__\n",
         port,
     )
-    assert from_b[0] == "ConnectionRefusedError" and from_b[1] < 1.0
+    assert from_b == "ConnectionRefusedError"  # refused at once, not a 5 s timeout
     # The root namespace's loopback is shared with other programs, so the proof there
     # is that whatever may answer on that port, it is never this server's token.
     try:
         reached = httpx.get(url, timeout=2.0).text
-    except httpx.ConnectError:
+    except httpx.HTTPError:  # refused, or some unrelated program that does not speak HTTP
         reached = ""
     assert token not in reached
 
@@ -207,9 +206,13 @@ def test_sweep_removes_only_a_dead_runs_namespaces(netfleet: NetFleet) -> None:
     try:
         removed = sweep_stale()
 
-        # Another test run on this machine may sweep the crashed run first; either way the
-        # crashed run's namespaces and orphan are gone and no live run lost anything.
-        assert not set(crashed["namespaces"]) & set(list_namespaces())
+        # Another test run on this machine may be sweeping the crashed run at the same time
+        # (it then holds the crashed run's lock, and this sweep skips it); either way the
+        # crashed run's namespaces and orphan go away and no live run loses anything.
+        wait_until(
+            "the crashed run's namespaces to go",
+            lambda: not set(crashed["namespaces"]) & set(list_namespaces()),
+        )
         wait_until("the crashed run's orphan to die", lambda: not pid_alive(crashed["sleeper"]))
         assert not set(removed) & {*live["namespaces"], *netfleet.namespaces()}
         assert set(live["namespaces"]) <= set(list_namespaces())
