@@ -1,15 +1,15 @@
-"""``gridctl apply``: submit a saved plan, or show what a controller without --watch would do.
+"""``gridctl apply``: execute exactly a saved plan, or refuse; or dry-run a directory.
 
 ``gridctl apply PLAN.json`` posts the plan made by ``gridctl plan --out`` to
-``POST /allocator/apply``. The controller accepts it only while the digest of
-its current inputs equals the plan's; otherwise it answers 409 "stale plan"
-and names what moved, and this command prints that and exits 1. An accepted
-plan's desired revision becomes the operator-approved target and its actions
-go through the normal governor — nothing bypasses a safety rule.
+``POST /allocator/apply``. The controller runs its dry run again: if any input
+the plan depended on moved, or the actions it would take differ from the
+plan's, it answers 409 "stale plan" naming what moved, and this command prints
+that and exits 1. Otherwise, in recommend mode exactly the plan's action ids
+become executable (through every safety gate; nothing else is issued), and in
+automatic mode the plan's revision is pinned as the one in force.
 
-``gridctl apply DIR --dry-run`` plans DIR against the controller's live
-observation for the mode that controller would use (its operator override,
-else DIR's) and prints the actions, executing nothing.
+``gridctl apply DIR --dry-run`` asks the controller what its next tick would do
+with DIR (its mode: the operator override, else DIR's) and executes nothing.
 """
 
 from __future__ import annotations
@@ -37,12 +37,14 @@ MAX_PLAN_BYTES = 4 * 1024 * 1024
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "apply",
-        help="apply a saved plan (refused when stale), or --dry-run a desired-state directory",
+        help="execute exactly a saved plan (refused when stale), or --dry-run a directory",
         description="Submit PLAN.json (from `gridctl plan --out`) to the controller. It is "
-        "applied only if the controller's inputs (desired revision, hosts, residencies, "
-        "demand, policy) still match the plan's; otherwise the controller refuses with "
-        "'stale plan' and names what moved. With DIR and --dry-run, print what a controller "
-        "without --watch would do with DIR now.",
+        "applied only if every input the plan depended on (revision, policy, mode, hosts, "
+        "residencies, demand, pending work, history, memory, learned timings, telemetry) "
+        "still matches and the controller would take exactly the plan's actions; otherwise "
+        "it refuses with 'stale plan' and names what moved. In recommend mode exactly the "
+        "plan's action ids become executable. With DIR and --dry-run, print what the "
+        "controller's next tick would do with DIR.",
     )
     parser.add_argument("target", metavar="PLAN.json|DIR", help="saved plan, or DIR with --dry-run")
     parser.add_argument(
@@ -131,17 +133,22 @@ def print_applied(answer: dict[str, Any], saved: dict[str, Any]) -> None:
     for row in [*answer.get("actions", []), *answer.get("deferred", [])]:
         state = "executable" if row["executable"] else f"held: {row.get('blocked') or '-'}"
         print(f"  {row['kind']:<6} {row['model_id']} on {row['host_id']} [{state}]")
-    if answer.get("not_in_plan"):
+    if answer.get("approved_action_ids"):
         print(
-            f"  the controller also proposed {len(answer['not_in_plan'])} action(s) not in the plan"
+            f"  recommend mode: {len(answer['approved_action_ids'])} action(s) of the plan made "
+            "executable, nothing else"
         )
+    if answer.get("issued_not_in_plan"):
+        print(f"  issued outside the plan: {', '.join(answer['issued_not_in_plan'])}")
+    if answer.get("not_in_plan"):
+        print(f"  {len(answer['not_in_plan'])} other proposal(s) not in the plan stay proposals")
     if answer.get("planned_but_absent"):
         print(
             f"  {len(answer['planned_but_absent'])} planned action(s) were not proposed "
             "(already done, or superseded)"
         )
-    if mode != Mode.AUTOMATIC.value and (saved.get("actions") or answer.get("actions")):
-        print(f"  mode is {mode}: actions are proposed, not executed")
+    if mode == Mode.OBSERVE.value and (saved.get("actions") or saved.get("deferred")):
+        print(f"  mode is {mode}: drift is recorded, nothing executes")
 
 
 def dry_run(args: argparse.Namespace) -> int:
@@ -150,26 +157,16 @@ def dry_run(args: argparse.Namespace) -> int:
         return 1
     url = args.controller or default_controller_url()
     try:
-        observation = plan_cmd.read_observation(url, args.token_file)
+        document = plan_cmd.remote_dry_run(url, args.token_file, desired, args.target)
     except (WireError, ControllerError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    override = (observation.controller or {}).get("mode_override")
-    mode = Mode(override) if override else desired.policy.mode
-    try:
-        result = plan_cmd.dry_run(desired, observation, mode)
-    except WireError as exc:
-        print(f"error: {url}: {exc}", file=sys.stderr)
-        return 1
     if args.json:
-        document = plan_cmd.saved_plan(result, args.target)
-        document.pop("desired", None)
         print(json.dumps(document, indent=2, sort_keys=True))
         return 0
-    print(f"dry run: a controller without --watch holding {desired.revision[:12]} would, now:")
-    why = "operator override" if override else "DIR's ControllerPolicy"
-    print(f"mode {mode.value} ({why})")
-    plan_cmd.print_diff(result.plan, result.plan_ms, result)
-    if not (result.result.actions or result.result.deferred):
+    print(f"dry run on {url}: its next tick holding {desired.revision[:12]} would:")
+    print(f"mode {document['mode']}")
+    plan_cmd.print_diff(document)
+    if not (document["actions"] or document["deferred"]):
         print("no actions")
     return 0

@@ -1,13 +1,17 @@
-"""``gridctl plan``: plan a desired-state directory against a fleet snapshot or a live controller.
+"""``gridctl plan``: what the controller would do with DIR's desired state, as a diff.
 
-Loads DIR (all-or-nothing), reads the observation — a snapshot file, or
-``GET URL/allocator/snapshot`` with the operator token — runs the pure planner
-and the reconciler once (for the mode DIR's ControllerPolicy declares) and
-prints a Terraform-like diff — ``+`` place, ``-`` preempt, ``!`` unsatisfied —
-then the actions, or all of it as JSON. ``--explain MODEL`` shows every host
-considered for MODEL. ``--out PLAN.json`` saves the plan with the digest of
-its inputs for ``gridctl apply``. ``--detailed-exitcode``: 0 no changes,
-2 changes, 1 error.
+Against a controller URL this is a server-side dry run (``POST
+/allocator/dry-run``, operator token): the controller runs its own tick function
+— tombstones, pending work, withdrawn batches, learned timings, portfolio
+demand, its mode — on DIR's desired state without persisting or issuing
+anything. Against a SNAPSHOT.json the same function runs locally with an empty
+memory (no previous revision, so no tombstones). The diff shows ``+`` place,
+``-`` destroy (drain/unload, with why: ``profile removed``), ``-/+`` replace
+(a preemption), ``!`` unsatisfied, then every action with its state or the rule
+holding it. ``--explain MODEL`` shows every host considered for MODEL.
+``--out PLAN.json`` saves the plan with its inputs for ``gridctl apply``.
+``--detailed-exitcode``: 0 no changes, 2 changes (any place, destroy, replace,
+held or pending action), 1 error.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,48 +28,14 @@ from gridctl.cli.forecast_cmd import observation_portfolio, print_portfolio
 from gridctl.client import ControllerClient, ControllerError
 from gridctl.config import load_directory
 from gridctl.config.loading import yaml_files
-from gridctl.config.snapshots import load_snapshot, snapshot_from_json
+from gridctl.config.snapshots import load_snapshot
 from gridctl.controller.applying import PLAN_FORMAT
-from gridctl.domain import DesiredState, FleetSnapshot, Mode, ModelExplanation, Plan
+from gridctl.controller.previewing import offline_document
+from gridctl.domain import DesiredState
 from gridctl.errors import ConfigError, WireError
-from gridctl.planner import plan_placement, plan_to_json
 from gridctl.planner.portfolio import portfolio_to_json
-from gridctl.reconcile import (
-    ReconcileResult,
-    action_to_json,
-    history_from_json,
-    pending_from_json,
-    reconcile,
-)
 
 DEFAULT_DIRECTORY = "policies"
-
-
-@dataclass(frozen=True)
-class Observation:
-    """What a plan is made against: the snapshot and, from a live controller, its extras."""
-
-    snapshot: FleetSnapshot
-    source: str
-    inputs: dict[str, Any] | None = None
-    controller: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class DryRun:
-    desired: DesiredState
-    observation: Observation
-    mode: Mode
-    plan: Plan
-    result: ReconcileResult
-    plan_ms: float
-
-    @property
-    def changes(self) -> bool:
-        pending = self.observation.snapshot.extras.get("pending_actions") or []
-        return has_changes(self.plan) or bool(
-            self.result.actions or self.result.deferred or pending
-        )
 
 
 def add_observation_args(parser: argparse.ArgumentParser, *, required: bool) -> None:
@@ -73,8 +43,8 @@ def add_observation_args(parser: argparse.ArgumentParser, *, required: bool) -> 
         "--against",
         required=required,
         metavar="URL|SNAPSHOT",
-        help="a controller URL (its live observation, operator token needed) or a fleet "
-        "snapshot JSON file",
+        help="a controller URL (a server-side dry run of its own tick; operator token "
+        "needed) or a fleet snapshot JSON file (the same decision with an empty memory)",
     )
     parser.add_argument(
         "--token-file",
@@ -90,11 +60,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "plan",
         help="plan DIR's desired state against a live controller or a snapshot (a diff)",
         description=(
-            "Load the desired state in DIR, read the fleet observation (a controller URL's "
-            "live snapshot, or a frozen SNAPSHOT file per "
-            "schemas/wire/fleet-snapshot.schema.json; its 'now' is the planning instant) and "
-            "print what would happen: '+' place a replica, '-' preempt a residency, "
-            "'!' an unsatisfied constraint, then the lifecycle actions for DIR's mode."
+            "Load the desired state in DIR and show exactly what the controller would do "
+            "with it: against a URL the controller runs its own tick on DIR without "
+            "persisting or issuing anything; against a SNAPSHOT file (per "
+            "schemas/wire/fleet-snapshot.schema.json; its 'now' is the planning instant) the "
+            "same function runs here with an empty memory. '+' place a replica, '-' destroy "
+            "(drain/unload, with why), '-/+' replace (a preemption), '!' an unsatisfied "
+            "constraint, then every action: executable, proposed, or held with its rule."
         ),
     )
     parser.add_argument(
@@ -127,26 +99,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--detailed-exitcode",
         action="store_true",
-        help="exit 0 when nothing changes, 2 when the plan places, preempts or acts, 1 on error",
+        help="exit 0 when nothing changes, 2 for any place, destroy, replacement, held or "
+        "pending action, 1 on error",
     )
     parser.set_defaults(func=run)
 
 
 def is_url(value: str) -> bool:
     return value.startswith(("http://", "https://"))
-
-
-def read_observation(against: str, token_file: Path | None) -> Observation:
-    """The snapshot to plan against; raises ``WireError`` or ``ControllerError``."""
-    if not is_url(against):
-        return Observation(load_snapshot(against), against)
-    with ControllerClient(against, token_file=token_file) as client:
-        document = client.snapshot()
-    try:
-        snapshot = snapshot_from_json(document)
-    except WireError as exc:
-        raise WireError(f"{against}: the controller's snapshot: {exc.args[0]}") from exc
-    return Observation(snapshot, against, document.get("inputs"), document.get("controller"))
 
 
 def load_desired(directory: str) -> DesiredState | None:
@@ -158,23 +118,8 @@ def load_desired(directory: str) -> DesiredState | None:
         return None
 
 
-def dry_run(desired: DesiredState, observation: Observation, mode: Mode) -> DryRun:
-    """Plan and reconcile once, exactly as a controller holding DIR would this instant."""
-    snapshot = observation.snapshot
-    pending = pending_from_json(snapshot.extras.get("pending_actions") or [])  # type: ignore[arg-type]
-    history = history_from_json(snapshot.extras.get("history") or [])  # type: ignore[arg-type]
-    started = time.perf_counter()
-    plan = plan_placement(desired.profiles, snapshot, desired.policy)
-    plan_ms = (time.perf_counter() - started) * 1000.0
-    profiles = {p.name: p for p in desired.profiles}
-    result = reconcile(
-        plan, snapshot, profiles, desired.policy, mode, pending, history, snapshot.now
-    )
-    return DryRun(desired, observation, mode, plan, result, plan_ms)
-
-
 def desired_files(directory: str) -> dict[str, str]:
-    """DIR's YAML texts by relative path: what a saved plan carries to the controller."""
+    """DIR's YAML texts by relative path: what a dry run and a saved plan carry."""
     root = Path(directory)
     base = root if root.is_dir() else root.parent
     return {
@@ -183,24 +128,63 @@ def desired_files(directory: str) -> dict[str, str]:
     }
 
 
-def saved_plan(run: DryRun, directory: str) -> dict[str, Any]:
+def candidate_body(desired: DesiredState, directory: str) -> dict[str, Any]:
+    return {
+        "desired": {
+            "revision": desired.revision,
+            "dirty": desired.dirty,
+            "files": desired_files(directory),
+        }
+    }
+
+
+def remote_dry_run(
+    url: str, token_file: Path | None, desired: DesiredState, directory: str
+) -> dict[str, Any]:
+    """The controller's own decision for DIR; raises ``ControllerError``."""
+    with ControllerClient(url, token_file=token_file) as client:
+        document: dict[str, Any] = client.call_admin(
+            "POST", "/allocator/dry-run", json=candidate_body(desired, directory)
+        )
+    return document
+
+
+def offline_dry_run(
+    desired: DesiredState, path: str, observations: str | None
+) -> tuple[dict[str, Any], Any]:
+    """The same decision on a snapshot file (empty memory); raises ``WireError``/``OSError``."""
+    snapshot = load_snapshot(path)
+    portfolio = None
+    if observations:  # demand learned from the observations replaces the snapshot's
+        portfolio = observation_portfolio(desired, snapshot, observations)
+        snapshot = replace(snapshot, demand=portfolio.demand)
+    started = time.perf_counter()
+    document = offline_document(desired, snapshot)
+    document["timings"] = {"plan_ms": round((time.perf_counter() - started) * 1000.0, 3)}
+    document["inputs"] = None  # a snapshot file is not a controller's live inputs
+    return document, portfolio
+
+
+def saved_plan(document: dict[str, Any], directory: str, against: str) -> dict[str, Any]:
     """The ``--out`` document (``gridctl apply`` submits it unchanged)."""
     return {
         "format": PLAN_FORMAT,
-        "created_at": run.observation.snapshot.now,
-        "against": run.observation.source,
+        "created_at": document["now"],
+        "against": against,
         "desired": {
             "directory": str(Path(directory).resolve()),
-            "revision": run.desired.revision,
-            "dirty": run.desired.dirty,
+            "revision": document["revision"],
+            "dirty": document["dirty"],
             "files": desired_files(directory),
         },
-        "mode": run.mode.value,
-        "inputs": run.observation.inputs,
-        "changes": run.changes,
-        "plan": plan_to_json(run.plan),
-        "actions": [action_to_json(a) for a in run.result.actions],
-        "deferred": [action_to_json(a) for a in run.result.deferred],
+        "mode": document["mode"],
+        "inputs": document["inputs"],
+        "changes": document["changes"],
+        "plan": document["plan"],
+        "actions": document["actions"],
+        "deferred": document["deferred"],
+        "destroys": document["destroys"],
+        "replacements": document["replacements"],
     }
 
 
@@ -208,114 +192,127 @@ def run(args: argparse.Namespace) -> int:
     desired = load_desired(args.directory)
     if desired is None:
         return 1
-    try:
-        observation = read_observation(args.against, args.token_file)
-    except (WireError, ControllerError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
     if args.explain and desired.profile(args.explain) is None:
         print(f"error: --explain {args.explain}: no such model profile", file=sys.stderr)
         return 1
     portfolio = None
-    if args.observations:  # portfolio demand replaces the snapshot's demand
-        try:
-            portfolio = observation_portfolio(desired, observation.snapshot, args.observations)
-        except (OSError, WireError) as exc:
-            print(f"error: {args.observations}: {exc}", file=sys.stderr)
-            return 1
-        snapshot = replace(observation.snapshot, demand=portfolio.demand)
-        observation = replace(observation, snapshot=snapshot)
     try:
-        result = dry_run(desired, observation, desired.policy.mode)
-    except WireError as exc:
+        if is_url(args.against):
+            if args.observations:
+                print(
+                    "error: --observations replays against a snapshot file; a controller "
+                    "plans with its own telemetry",
+                    file=sys.stderr,
+                )
+                return 1
+            started = time.perf_counter()
+            document = remote_dry_run(args.against, args.token_file, desired, args.directory)
+            document["timings"] = {"plan_ms": round((time.perf_counter() - started) * 1000, 3)}
+        else:
+            document, portfolio = offline_dry_run(desired, args.against, args.observations)
+    except (WireError, ControllerError) as exc:
         print(f"error: {args.against}: {exc}", file=sys.stderr)
         return 1
-    plan = result.plan
+    except OSError as exc:
+        print(f"error: {args.observations}: {exc}", file=sys.stderr)
+        return 1
     if args.out is not None:
-        args.out.write_text(json.dumps(saved_plan(result, args.directory), indent=2) + "\n")
+        plan = saved_plan(document, args.directory, args.against)
+        args.out.write_text(json.dumps(plan, indent=2) + "\n")
     if args.json:
-        document = plan_to_json(plan)
+        shown = {**document["plan"], **{k: v for k, v in document.items() if k != "plan"}}
         if args.explain:
-            document["explanations"] = {args.explain: document["explanations"][args.explain]}
-        document["revision"] = desired.revision
-        document["timings"] = {"plan_ms": round(result.plan_ms, 3)}
-        document["mode"] = result.mode.value
-        document["actions"] = [action_to_json(a) for a in result.result.actions]
-        document["deferred"] = [action_to_json(a) for a in result.result.deferred]
+            shown["explanations"] = {args.explain: shown["explanations"][args.explain]}
         if portfolio is not None:
-            document["portfolio"] = portfolio_to_json(portfolio)
-        print(json.dumps(document, indent=2, sort_keys=True))
+            shown["portfolio"] = portfolio_to_json(portfolio)
+        print(json.dumps(shown, indent=2, sort_keys=True))
     else:
-        print_diff(plan, result.plan_ms, result)
+        print_diff(document)
         if portfolio is not None:
             print_portfolio(portfolio)
         if args.explain:
-            print_explanation(next(e for e in plan.explanations if e.model_id == args.explain))
+            print_explanation(args.explain, document["plan"]["explanations"][args.explain])
         if args.out is not None:
-            where = observation.source if observation.inputs else "URL"
+            where = args.against if document["inputs"] else "URL"
             print(f"\nSaved the plan to {args.out}. Apply exactly it with:")
             print(f"  gridctl apply {args.out} --controller {where}")
     if args.detailed_exitcode:
-        return 2 if result.changes else 0
+        return 2 if document["changes"] else 0
     return 0
 
 
-def print_actions(run: DryRun) -> None:
-    rows = [*run.result.actions, *run.result.deferred]
+def _state(row: dict[str, Any]) -> str:
+    if row.get("executable"):
+        return "executable"
+    if row.get("blocked"):
+        return f"held: {row['blocked']}"
+    return "proposed, not executed"
+
+
+def print_actions(document: dict[str, Any]) -> None:
+    rows = [*document["actions"], *document["deferred"]]
     if not rows:
         return
-    executable = sum(1 for a in run.result.actions if a.executable)
+    executable = sum(1 for a in rows if a.get("executable"))
+    held = sum(1 for a in rows if a.get("blocked"))
     print()
     print(
-        f"Actions (mode {run.mode.value}): {executable} executable, {len(rows) - executable} held"
+        f"Actions (mode {document['mode']}): {executable} executable, {held} held, "
+        f"{len(rows) - executable - held} proposed"
     )
     for a in rows:
-        state = "executable" if a.executable else f"held: {a.blocked or 'not executable'}"
-        after = f" after {', '.join(d[:8] for d in a.depends_on)}" if a.depends_on else ""
-        print(f"  {a.kind.value:<6} {a.model_id} on {a.host_id} [{state}]{after}: {a.reason}")
+        after = f" after {', '.join(d[:8] for d in a['depends_on'])}" if a.get("depends_on") else ""
+        print(
+            f"  {a['kind']:<6} {a['model_id']} on {a['host_id']} [{_state(a)}]{after}: "
+            f"{a['reason']}"
+        )
 
 
-def has_changes(plan: Plan) -> bool:
-    return bool(plan.preemptions) or any(not a.existing for a in plan.assignments)
-
-
-def print_diff(plan: Plan, plan_ms: float, run: DryRun | None = None) -> None:
-    placing = [a for a in plan.assignments if not a.existing]
-    kept = len(plan.assignments) - len(placing)
-    print(f"gridctl plan: input {plan.input_digest[:12]}, planned in {plan_ms:.1f} ms")
+def print_diff(document: dict[str, Any]) -> None:
+    plan = document["plan"]
+    placing = [a for a in plan["assignments"] if not a["existing"]]
+    kept = len(plan["assignments"]) - len(placing)
+    ms = (document.get("timings") or {}).get("plan_ms", 0.0)
+    print(f"gridctl plan: input {plan['input_digest'][:12]}, planned in {ms:.1f} ms")
     print(f"{kept} replica(s) already in place.")
-    if placing or plan.preemptions or plan.unsatisfied:
+    destroys, replacements = document["destroys"], document["replacements"]
+    if placing or destroys or replacements or plan["unsatisfied"]:
         print()
     for a in placing:
-        print(f"  + {a.model_id} on {a.host_id} ({a.runtime}, {a.memory_mb} MB): {a.reason}")
-    for p in plan.preemptions:
-        print(f"  - {p.model_id} on {p.host_id} (for {p.beneficiary}): {p.reason}")
-    for u in plan.unsatisfied:
-        where = f" on {u.host_id}" if u.host_id else ""
-        missing = f", {u.missing_replicas} missing" if u.missing_replicas else ""
-        print(f"  ! {u.model_id}{where}: {u.code.value}{missing}: {u.message}")
-    if run is not None:
-        print_actions(run)
-    missing_total = sum(1 for _ in plan.unsatisfied)
+        print(
+            f"  + {a['model_id']} on {a['host_id']} ({a['runtime']}, {a['memory_mb']} MB): "
+            f"{a['reason']}"
+        )
+    for d in destroys:
+        held = f" [held: {'; '.join(d['held'])}]" if d["held"] else ""
+        print(
+            f"  - {d['model_id']} on {d['host_id']}: {', '.join(d['kinds'])}: {d['reason']}{held}"
+        )
+    for r in replacements:
+        print(f"  -/+ {r['model_id']} on {r['host_id']} for {r['beneficiary']}: {r['reason']}")
+    for u in plan["unsatisfied"]:
+        where = f" on {u['host_id']}" if u.get("host_id") else ""
+        missing = f", {u['missing_replicas']} missing" if u.get("missing_replicas") else ""
+        print(f"  ! {u['model_id']}{where}: {u['code']}{missing}: {u['message']}")
+    print_actions(document)
     print()
     print(
-        f"Plan: {len(placing)} to place, {len(plan.preemptions)} to preempt, "
-        f"{missing_total} unsatisfied."
+        f"Plan: {len(placing)} to place, {len(destroys)} to destroy, {len(replacements)} to "
+        f"replace, {len(document['held'])} held, {len(plan['unsatisfied'])} unsatisfied."
     )
 
 
-def print_explanation(explanation: ModelExplanation) -> None:
+def print_explanation(model: str, explanation: dict[str, Any]) -> None:
     print()
-    demand_class = explanation.demand_class.value if explanation.demand_class else "none"
     print(
-        f"Explain {explanation.model_id}: target {explanation.target_replicas} "
-        f"({explanation.target_reason}); class {demand_class}"
+        f"Explain {model}: target {explanation['target_replicas']} "
+        f"({explanation['target_reason']}); class {explanation['demand_class'] or 'none'}"
     )
-    for c in explanation.candidates:
-        mark = "*" if c.chosen else " "
-        if c.rejection is not None:
-            print(f"  {mark} {c.host_id}: rejected {c.rejection}: {c.detail}")
+    for c in explanation["candidates"]:
+        mark = "*" if c["chosen"] else " "
+        if c["rejection"] is not None:
+            print(f"  {mark} {c['host_id']}: rejected {c['rejection']}: {c['detail']}")
             continue
-        parts = ", ".join(f"{s.name} {s.value:+g}" for s in c.components)
-        note = f" [{c.detail}]" if c.detail else ""
-        print(f"  {mark} {c.host_id}: score {c.score:g} ({parts}){note}")
+        parts = ", ".join(f"{name} {value:+g}" for name, value in c["components"].items())
+        note = f" [{c['detail']}]" if c["detail"] else ""
+        print(f"  {mark} {c['host_id']}: score {c['score']:g} ({parts}){note}")

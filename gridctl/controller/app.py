@@ -17,7 +17,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gridctl.controller.applying import applied_summary, check_saved_plan, plan_inputs_document
+from gridctl.controller.applying import (
+    applied_summary,
+    candidate_from_body,
+    check_saved_plan,
+    dry_run_document,
+    plan_inputs_document,
+)
 from gridctl.controller.auth import AuthFailure, NodeVerifier, require_node, require_operator
 from gridctl.controller.control import Controller
 from gridctl.controller.desired import ApiDesired
@@ -94,6 +100,7 @@ class ControllerApp:
             Route("/allocator/mode", guarded(self.mode), methods=["PUT"]),
             Route("/allocator/tick", guarded(self.tick), methods=["POST"]),
             Route("/allocator/apply", guarded(self.apply), methods=["POST"]),
+            Route("/allocator/dry-run", guarded(self.dry_run), methods=["POST"]),
             Route("/allocator/evaluations", guarded(self.evaluations), methods=["POST"]),
             Route("/metrics", self.metrics, methods=["GET"]),
             Route("/allocator/external/{name}", guarded(self.external), methods=["PUT"]),
@@ -155,8 +162,17 @@ class ControllerApp:
         if status != 200:
             return JSONResponse(answer, status_code=status)
         await asyncio.to_thread(self.ctl.tick)
-        answer.update(applied_summary(self.ctl, body.get("actions") or []))
+        planned = [*(body.get("actions") or []), *(body.get("deferred") or [])]
+        answer.update(applied_summary(self.ctl, planned))
         return JSONResponse(answer)
+
+    async def dry_run(self, request: Request) -> Response:
+        """What the next tick would do for a candidate desired state; persists nothing."""
+        require_operator(request, self.operator_token)
+        candidate = candidate_from_body(self.ctl, await read_json(request))
+        if candidate is None and self.ctl.current_desired() is None:
+            return error(409, "no valid desired state is in force; send desired.files")
+        return JSONResponse(await asyncio.to_thread(dry_run_document, self.ctl, candidate))
 
     async def metrics(self, request: Request) -> Response:
         """Prometheus text exposition; public like status (counts and states, no secrets)."""

@@ -1,39 +1,39 @@
-"""Saved plans (``gridctl plan --out``) and applying one only while its inputs still hold.
+"""Saved plans (``gridctl plan --out``) and applying exactly one, or refusing.
 
-A saved plan records what it was made from — the controller's desired revision
-and policy, the observed hosts and residencies, and the demand signal — as
-short canonical lines per input plus a digest. ``POST /allocator/apply``
-recomputes the same lines from the live observation; when any input moved it
-refuses with "stale plan" and names what moved, Terraform-style. Otherwise the
-plan's desired revision becomes the operator-approved target (controllers
-without a watched directory) and the next tick reconciles towards it through
-the normal governor: applying never issues a command itself.
+A saved plan carries the candidate desired state, the actions the controller's
+dry run returned for it, and that dry run's inputs (``gridctl.controller.
+previewing``: readable lines and a digest per input, everything the tick reads
+but the clock). ``POST /allocator/apply`` runs the same dry run again on the
+live inputs: when any input moved, or the actions it would take differ, the
+whole apply is refused as stale and what moved is named, Terraform-style.
 
-The lines leave out what changes on every heartbeat (timestamps, measured
-memory, in-flight counts) and bucket demand by powers of two, so a quiet fleet
-keeps its digest while a real change — a host joining, a residency becoming
-ready, traffic doubling — moves it.
+Otherwise, in recommend mode the plan's action ids — and nothing else — become
+executable (the tick decides them as in automatic mode, through every safety
+gate and the governor; every other proposal stays held as
+``not_in_applied_plan``); in automatic mode the plan's revision is pinned as
+the one in force (adopted by a controller without a watched source; for a git
+source it must already be the commit in force). Applying never issues a
+command itself: the tick that follows does.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
 import tempfile
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from gridctl.config import check_directory
 from gridctl.config.loading import YAML_SUFFIXES
+from gridctl.config.revision import content_digest
 from gridctl.config.schemas import fill_defaults
-from gridctl.config.snapshots import snapshot_from_json
 from gridctl.config.yamlsource import parse_yaml
+from gridctl.controller.control import APPLIED_PLAN_KEY
 from gridctl.controller.desired import ApiDesired
+from gridctl.controller.previewing import INPUT_NAMES, action_signature, outcome_document
 from gridctl.controller.snapshotting import snapshot_document
-from gridctl.domain import ControllerPolicy, DesiredState, FleetSnapshot
+from gridctl.domain import DesiredState, Mode
 from gridctl.errors import WireError
-from gridctl.planner.canonical import canonical_text
 from gridctl.reconcile import PendingAction, action_to_json
 from gridctl.reconcile.records import HistoryEntry
 
@@ -41,101 +41,8 @@ if TYPE_CHECKING:
     from gridctl.controller.control import Controller
 
 PLAN_FORMAT = "gridctl.plan/v1"
-INPUT_NAMES = ("revision", "policy", "hosts", "residencies", "demand")
 MAX_MOVED_ITEMS = 6
 MAX_FILES = 512
-
-
-# -- inputs --------------------------------------------------------------------------
-
-
-def _bucket(rate: float) -> int:
-    """0 below one per minute, then 1 + floor(log2(rate)): 1, 2-3, 4-7, ..."""
-    return 0 if rate < 1.0 else 1 + int(math.log2(rate))
-
-
-def observed_inputs(
-    snapshot: FleetSnapshot, revision: str | None, policy: ControllerPolicy | None
-) -> dict[str, list[str]]:
-    """The inputs of a plan as sorted, human-readable lines, one list per input."""
-    hosts: list[str] = []
-    residencies: list[str] = []
-    for host in snapshot.hosts:
-        res = host.resources
-        hosts.append(
-            f"{host.host_id} {host.kind} {host.state.value} "
-            f"{res.capacity_mb - res.reserved_mb} MB usable"
-        )
-        for r in host.residencies:
-            sha = (r.artifact_sha256 or "-")[:12]
-            extra = " pinned" if r.pinned else ""
-            residencies.append(
-                f"{host.host_id}/{r.model_id} {r.state.value} {r.ownership.value}{extra} {sha}"
-            )
-        for c in host.cached:
-            residencies.append(
-                f"{host.host_id}/{c.model_id} on disk {(c.artifact_sha256 or '-')[:12]}"
-            )
-    demand: list[str] = []
-    for d in snapshot.demand:
-        signal = (
-            _bucket(d.requests_per_minute),
-            _bucket(d.correlated_requests_per_minute),
-            d.queue_depth > 0,
-            d.error_rate > 0,
-        )
-        if any(signal):
-            demand.append(
-                f"{d.model_id} rate~{signal[0]} correlated~{signal[1]} "
-                f"queue={'yes' if signal[2] else 'no'} errors={'yes' if signal[3] else 'no'}"
-            )
-    policy_line = (
-        hashlib.sha256(canonical_text(policy).encode()).hexdigest()[:16] if policy else "none"
-    )
-    return {
-        "revision": [revision or "none"],
-        "policy": [policy_line],
-        "hosts": sorted(hosts),
-        "residencies": sorted(residencies),
-        "demand": sorted(demand),
-    }
-
-
-def inputs_record(lines: dict[str, list[str]]) -> dict[str, Any]:
-    """The ``inputs`` block of a snapshot document and a saved plan."""
-    digests = {
-        name: hashlib.sha256(json.dumps(lines[name]).encode()).hexdigest() for name in INPUT_NAMES
-    }
-    whole = hashlib.sha256(json.dumps(digests, sort_keys=True).encode()).hexdigest()
-    return {"digest": whole, "digests": digests, "lines": {n: lines[n] for n in INPUT_NAMES}}
-
-
-def moved_inputs(recorded: dict[str, Any], current: dict[str, Any]) -> list[dict[str, Any]]:
-    """What moved between two ``inputs`` blocks, input by input, with a few lines each."""
-    moved = []
-    old_lines = recorded.get("lines") or {}
-    for name in INPUT_NAMES:
-        if (recorded.get("digests") or {}).get(name) == current["digests"][name]:
-            continue
-        before = set(old_lines.get(name) or [])
-        after = set(current["lines"][name])
-        moved.append(
-            {
-                "input": name,
-                "added": sorted(after - before)[:MAX_MOVED_ITEMS],
-                "removed": sorted(before - after)[:MAX_MOVED_ITEMS],
-            }
-        )
-    return moved
-
-
-def describe_moved(moved: list[dict[str, Any]]) -> list[str]:
-    """One line per moved input: ``residencies: +local-1/gemma ready ...; -...``."""
-    out = []
-    for row in moved:
-        parts = [f"+{x}" for x in row.get("added", [])] + [f"-{x}" for x in row.get("removed", [])]
-        out.append(f"{row['input']}: {'; '.join(parts) or 'changed'}")
-    return out
 
 
 # -- the controller side -------------------------------------------------------------
@@ -170,24 +77,73 @@ def _history_row(entry: HistoryEntry) -> dict[str, Any]:
     }
 
 
-def current_inputs(ctl: Controller) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The observation document and the ``inputs`` block computed from exactly it."""
-    document = snapshot_document(ctl)
-    snapshot = snapshot_from_json(document)  # the same path the CLI reads it through
-    desired = ctl.current_desired()
-    lines = observed_inputs(snapshot, desired.revision if desired else None, ctl.policy())
-    return document, inputs_record(lines)
+def moved_inputs(recorded: dict[str, Any], current: dict[str, Any]) -> list[dict[str, Any]]:
+    """What moved between two ``inputs`` blocks, input by input, with a few lines each."""
+    moved = []
+    old_lines = recorded.get("lines") or {}
+    for name in INPUT_NAMES:
+        if (recorded.get("digests") or {}).get(name) == current["digests"][name]:
+            continue
+        before = set(old_lines.get(name) or [])
+        after = set(current["lines"][name])
+        moved.append(
+            {
+                "input": name,
+                "added": sorted(after - before)[:MAX_MOVED_ITEMS],
+                "removed": sorted(before - after)[:MAX_MOVED_ITEMS],
+            }
+        )
+    return moved
+
+
+def describe_moved(moved: list[dict[str, Any]]) -> list[str]:
+    """One line per moved input: ``residencies: +local-1/gemma ready ...; -...``."""
+    out = []
+    for row in moved:
+        parts = [f"+{x}" for x in row.get("added", [])] + [f"-{x}" for x in row.get("removed", [])]
+        out.append(f"{row['input']}: {'; '.join(parts) or 'changed'}")
+    return out
+
+
+def dry_run_document(ctl: Controller, candidate: DesiredState | None = None) -> dict[str, Any]:
+    """The tick's decision for ``candidate`` (default: the revision in force), unpersisted."""
+    inputs, outcome = ctl.dry_run(candidate)
+    document = outcome_document(inputs, outcome)
+    document["source"] = ctl.desired.status().get("source")
+    return document
+
+
+def candidate_from_body(ctl: Controller, body: Any) -> DesiredState | None:
+    """``POST /allocator/dry-run``'s candidate: ``desired.files`` loaded all or nothing
+    (``WireError`` naming the first problem), or None for the revision in force."""
+    if body is None:
+        return None
+    if not isinstance(body, dict):
+        raise WireError('body must be an object: {} or {"desired": {"files": ...}}')
+    desired = body.get("desired")
+    if desired is None:
+        return None
+    if not isinstance(desired, dict):
+        raise WireError("desired must be an object", "/desired")
+    revision = desired.get("revision")
+    if revision is not None and not isinstance(revision, str):
+        raise WireError("desired.revision must be a string", "/desired/revision")
+    files = _checked_files(desired.get("files"))
+    state, _ = desired_from_files(files, revision or "", bool(desired.get("dirty", True)))
+    if not revision:
+        state = replace(state, revision=content_digest(sorted(files.items())))
+    return state
 
 
 def plan_inputs_document(ctl: Controller, history_limit: int = 500) -> dict[str, Any]:
     """``GET /allocator/snapshot``: the observation plus what a dry run needs to be exact."""
-    document, inputs = current_inputs(ctl)
+    document = snapshot_document(ctl)
     override = ctl.override()
     mode, _ = ctl.effective_mode()
     desired = ctl.current_desired()
     document["pending_actions"] = [_pending_row(p) for p in ctl.store.pending()]
     document["history"] = [_history_row(h) for h in ctl.store.history(limit=history_limit)]
-    document["inputs"] = inputs
+    document["inputs"] = dry_run_document(ctl)["inputs"] if desired is not None else None
     document["controller"] = {
         "desired_revision": desired.revision if desired else None,
         "watch": not isinstance(ctl.desired, ApiDesired),
@@ -260,45 +216,76 @@ def _plan_fields(body: Any) -> tuple[dict[str, Any], dict[str, Any], list[dict[s
 
 
 def check_saved_plan(ctl: Controller, body: Any) -> tuple[int, dict[str, Any]]:
-    """Accept (200) or refuse (409 stale / not applicable) a saved plan; adopts on accept.
+    """Accept (200) or refuse (409 stale / not applicable) a saved plan.
 
     The caller runs a tick afterwards; nothing here issues a command.
     """
-    desired, recorded, _actions = _plan_fields(body)
+    desired, recorded, actions = _plan_fields(body)
     if not recorded.get("digests"):
         return 409, _refusal(
             "the plan was made against a snapshot file, not this controller; "
             "plan again with --against the controller URL"
         )
-    _document, current = current_inputs(ctl)
-    moved = moved_inputs(recorded, current)
+    source = ctl.desired
+    revision = desired["revision"]
+    documents: dict[str, dict[str, Any]] = {}
+    if isinstance(source, ApiDesired):
+        files = _checked_files(desired.get("files"))
+        candidate, documents = desired_from_files(files, revision, bool(desired.get("dirty")))
+    else:
+        in_force = ctl.current_desired()
+        if in_force is None or in_force.revision != revision:
+            where = source.status().get("repository") or source.status().get("directory")
+            return 409, _refusal(
+                f"this controller follows {where}; revision "
+                f"{in_force.revision if in_force else 'none'} is in force and the plan is for "
+                f"{revision}: commit the change there and let the controller sync"
+            )
+        candidate = in_force
+    now = dry_run_document(ctl, candidate)
+    moved = moved_inputs(recorded, now["inputs"])
     if moved:
         names = ", ".join(row["input"] for row in moved)
         lines = "".join(f"\n  moved {line}" for line in describe_moved(moved))
         return 409, _refusal(
             f"stale plan: {names} moved since it was made; plan again{lines}", moved=moved
         )
-    source = ctl.desired
-    revision = desired["revision"]
+    saved_rows = [r for r in [*actions, *(body.get("deferred") or [])] if isinstance(r, dict)]
+    ours, theirs = (
+        set(action_signature([*now["actions"], *now["deferred"]])),
+        set(action_signature(saved_rows)),
+    )
+    if ours != theirs:
+        diff = [f"+{' '.join(map(str, r[:4]))}" for r in sorted(ours - theirs)] + [
+            f"-{' '.join(map(str, r[:4]))}" for r in sorted(theirs - ours)
+        ]
+        return 409, _refusal(
+            "stale plan: the controller would now act differently; plan again\n  moved actions: "
+            + "; ".join(diff[:MAX_MOVED_ITEMS]),
+            moved=[{"input": "actions", "added": diff[:MAX_MOVED_ITEMS], "removed": []}],
+        )
     if isinstance(source, ApiDesired):
-        files = _checked_files(desired.get("files"))
-        state, documents = desired_from_files(files, revision, bool(desired.get("dirty")))
-        source.adopt(state, documents)
-    else:
-        in_force = ctl.current_desired()
-        if in_force is None or in_force.revision != revision:
-            where = source.status().get("directory")
-            return 409, _refusal(
-                f"this controller watches {where}; revision "
-                f"{in_force.revision if in_force else 'none'} is in force and the plan is for "
-                f"{revision}: commit the change there and let the controller sync"
-            )
+        source.adopt(candidate, documents)
+    mode = Mode(now["mode"])
+    approved = sorted(str(r.get("action_id")) for r in saved_rows)
+    if mode is Mode.RECOMMEND:
+        ctl.store.set_override(
+            APPLIED_PLAN_KEY,
+            {"revision": revision, "action_ids": approved, "applied_at": ctl.clock()},
+        )
     ctl.event(
         "plan_applied",
-        message=f"revision {revision[:12]}, inputs {current['digest'][:12]}",
+        message=f"revision {revision[:12]}, inputs {now['inputs']['digest'][:12]}, "
+        f"{len(approved)} action(s), mode {mode.value}",
     )
     ctl.mark_dirty(safety=True)
-    return 200, {"applied": True, "revision": revision, "inputs_digest": current["digest"]}
+    return 200, {
+        "applied": True,
+        "revision": revision,
+        "inputs_digest": now["inputs"]["digest"],
+        "mode": mode.value,
+        "approved_action_ids": approved if mode is Mode.RECOMMEND else [],
+    }
 
 
 def _refusal(message: str, moved: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -323,6 +310,7 @@ def applied_summary(ctl: Controller, planned: list[dict[str, Any]]) -> dict[str,
         "actions": now_rows,
         "deferred": held_rows,
         "pending_action_ids": sorted(pending),
+        "issued_not_in_plan": sorted(pending - theirs),
         "not_in_plan": sorted(ours - theirs - pending),
         "planned_but_absent": sorted(theirs - ours - pending),
     }

@@ -21,10 +21,10 @@ from typing import Any
 from gridctl.controller.authority import Grant
 from gridctl.controller.demandbook import DemandBook, portfolio_inputs, with_correlation
 from gridctl.controller.desired import DesiredProvider
-from gridctl.controller.overlays import with_pending_work
 from gridctl.controller.registry import Registry
 from gridctl.controller.store import ControllerStore
 from gridctl.controller.stores import Lease
+from gridctl.controller.ticking import TickInputs, TickOutcome, compute_tick
 from gridctl.controller.timings import TimingKind, estimate
 from gridctl.domain import (
     ControllerPolicy,
@@ -46,15 +46,13 @@ from gridctl.reconcile import (
     StartupEstimate,
     command_to_json,
     delivery_order,
-    newly_retired,
-    reconcile,
-    retire_profiles,
 )
 from gridctl.reconcile.records import RestartGrace
 
 log = logging.getLogger(__name__)
 MAX_HISTORY = 2000
 MAX_EVENTS = 500
+APPLIED_PLAN_KEY = "applied_plan"  # store override: a saved plan applied in recommend mode
 
 
 @dataclass
@@ -259,9 +257,10 @@ class Controller:
             source=str(detail.get("source", "operator")) if isinstance(detail, dict) else "",
         )
 
-    def effective_mode(self) -> tuple[Mode, str | None]:
-        """The mode in force and, when automatic was asked for but refused, why."""
-        mode, refused = self.store.effective_mode(self.policy().mode)
+    def effective_mode(self, policy_mode: Mode | None = None) -> tuple[Mode, str | None]:
+        """The mode in force (for git's ``policy_mode``, default the revision in force)
+        and, when automatic was asked for but refused, why."""
+        mode, refused = self.store.effective_mode(policy_mode or self.policy().mode)
         if mode is Mode.AUTOMATIC and not self.holds_authority():
             if self.lease is not None and self.lease.last_error:
                 return Mode.RECOMMEND, f"automatic refused: {self._lost_reason()}"
@@ -389,68 +388,109 @@ class Controller:
             result[(host, model)] = current
         return result
 
+    def gather(self, desired: DesiredState, now: float, *, preview: bool) -> TickInputs:
+        """Everything a tick holding ``desired`` reads at ``now``.
+
+        The real tick (``preview=False``) first points the demand book at ``desired``;
+        a dry run (``preview=True``) reads the book through a copy, so gathering the
+        inputs of a candidate desired state changes nothing.
+        """
+        profiles = {p.name: p for p in desired.profiles}
+        mode, _ = self.effective_mode(desired.policy.mode)
+        if preview:
+            picture, direct = self.demand.preview(now, desired)
+        else:
+            self.demand.configure(profiles)
+            self.demand.configure_learning(desired.policy, desired.catalog, desired.profiles)
+            # learners copied under their lock, then planned on that copy: direct demand
+            # from the book, correlated (inferred-only) and workload demand from the picture
+            picture = self.demand.picture(now)
+            direct = self.demand.forecast(now, desired.policy)
+        forecast = with_correlation(direct, picture, profiles)
+        with self._lock:
+            previous = self._previous_profiles
+            grace = self._grace
+        return TickInputs(
+            now=now,
+            desired=desired,
+            observed=self.registry.snapshot(now, forecast),
+            mode=mode,
+            memory=replace(self.store.memory(), grace=grace),
+            previous_profiles=previous,
+            pending=self.store.pending(),
+            history=self.store.history(limit=MAX_HISTORY),
+            picture=picture,
+            startup=self._startup_estimates(profiles, now, desired.policy),
+            approved=self.approved_actions(desired, mode),
+        )
+
+    def dry_run(self, candidate: DesiredState | None = None) -> tuple[TickInputs, TickOutcome]:
+        """What the next tick would do holding ``candidate`` (default: the revision in
+        force) — the tick's own function on the tick's own inputs, persisting nothing."""
+        with self._tick_lock:
+            desired = candidate or self.desired.current
+            if desired is None:
+                raise RuntimeError("no valid desired state yet")
+            inputs = self.gather(desired, self.clock(), preview=True)
+            return inputs, compute_tick(inputs)
+
+    def approved_actions(self, desired: DesiredState, mode: Mode) -> frozenset[str]:
+        """The action ids of the saved plan applied in recommend mode for ``desired``."""
+        if mode is not Mode.RECOMMEND:
+            return frozenset()
+        applied = self.store.overrides().get(APPLIED_PLAN_KEY)
+        if not isinstance(applied, dict) or applied.get("revision") != desired.revision:
+            return frozenset()
+        return frozenset(str(i) for i in applied.get("action_ids") or [])
+
     def _tick_once(self) -> None:
-        now = self.clock()
         desired = self.desired.current
         if desired is None:
             raise RuntimeError("no valid desired state yet")
-        profiles = {p.name: p for p in desired.profiles}
-        mode, _ = self.effective_mode()
-        memory = replace(self.store.memory(), grace=self._grace)
-        if self._previous_profiles is not None:
-            tombstones = retire_profiles(memory.tombstones, self._previous_profiles, profiles, now)
-            retired = () if self.is_follower() else newly_retired(memory.tombstones, tombstones)
-            for model in retired:
-                self.demand.clear(model)
-                self.store.clear_demand(model)
-                self.event(
-                    "profile_retired",
-                    model_id=model,
-                    message="tombstone: drain and unload every managed copy",
-                )
-            memory = replace(memory, tombstones=tombstones)
-        self._previous_profiles = profiles
-        pending = self.store.pending()
-        history = self.store.history(limit=MAX_HISTORY)
-        self.demand.configure(profiles)
-        self.demand.configure_learning(desired.policy, desired.catalog, desired.profiles)
-        # learners copied under their lock, then planned on that copy: direct demand from
-        # the book, correlated (inferred-only) demand and workload demand from the picture
-        picture = self.demand.picture(now)
-        forecast = with_correlation(self.demand.forecast(now, desired.policy), picture, profiles)
-        snapshot = with_pending_work(self.registry.snapshot(now, forecast), pending, now)
-        # with no active unbound workload this is exactly plan_placement(snapshot)
-        portfolio = plan_portfolio(portfolio_inputs(desired, snapshot, picture))
-        plan, snapshot = portfolio.plan, replace(snapshot, demand=portfolio.demand)
-        result = reconcile(
-            plan,
-            snapshot,
-            profiles,
-            desired.policy,
-            mode,
-            pending,
-            history,
-            now,
-            memory=memory,
-            startup=self._startup_estimates(profiles, now, desired.policy),
-        )
+        inputs = self.gather(desired, self.clock(), preview=False)
+        self._commit(inputs, compute_tick(inputs))
+
+    def _commit(self, inputs: TickInputs, outcome: TickOutcome) -> None:
+        """Persist and announce what ``compute_tick`` decided."""
+        desired, now = inputs.desired, inputs.now
         if self.is_follower():
             with self._lock:  # a follower shows what it would do, and writes nothing
-                self.last_plan, self.last_result, self.last_snapshot = plan, result, snapshot
-                self.last_portfolio = portfolio
+                self._previous_profiles = {p.name: p for p in desired.profiles}
+                self.last_plan, self.last_result = outcome.plan, outcome.result
+                self.last_snapshot, self.last_portfolio = outcome.snapshot, outcome.portfolio
             return
+        for model in outcome.retired:
+            self.demand.clear(model)
+            self.store.clear_demand(model)
+            self.event(
+                "profile_retired",
+                model_id=model,
+                message="tombstone: drain and unload every managed copy",
+            )
+        plan, result, snapshot = outcome.plan, outcome.result, outcome.snapshot
         self._persist_evidence()
         generation = self.store.next_plan_generation(plan.input_digest)
-        held = {p.action_id: p for p in pending}
+        held = {p.action_id: p for p in inputs.pending}
         self.store.apply_tick(
             result.enqueue,
             result.cancellations,
             replace(result.memory, grace=None),
             plan_generation=generation,
         )
+        if (
+            inputs.approved
+            and not (
+                {a.action_id for a in result.actions} | {p.action_id for p in self.store.pending()}
+            )
+            & inputs.approved
+        ):
+            self.store.set_override(APPLIED_PLAN_KEY, None)  # every applied action finished
+            self.event("applied_plan_done", message=f"{len(inputs.approved)} action(s)")
         for model, used in self.registry.last_used_watermarks().items():
             self.store.set_watermark(model, used)
+        picture = inputs.picture
         with self._lock:
+            self._previous_profiles = {p.name: p for p in desired.profiles}
             self._grace = result.memory.grace
             for cancellation in result.cancellations:
                 cancelled = held.get(cancellation.action_id)
@@ -473,10 +513,11 @@ class Controller:
                 )
             self.last_generation = generation
             self.last_plan, self.last_result, self.last_snapshot = plan, result, snapshot
-            self.last_portfolio = portfolio
-            self.last_correlation_sources = dict(picture.correlation_sources)
+            self.last_portfolio = outcome.portfolio
+            self.last_correlation_sources = dict(picture.correlation_sources if picture else ())
             self._portfolio_bundle = PortfolioBundle(
-                (now, snapshot.hosts, tuple(desired.profiles), picture.revision), portfolio
+                (now, snapshot.hosts, tuple(desired.profiles), picture.revision if picture else 0),
+                outcome.portfolio,
             )
 
     def _persist_evidence(self) -> None:
@@ -529,7 +570,10 @@ class Controller:
         """Executable commands for ``host_id``, durably marked delivered before returning."""
         now = self.clock()
         mode, _ = self.effective_mode()
-        if mode is not Mode.AUTOMATIC or self.last_generation is None or self.is_follower():
+        desired = self.desired.current
+        approved = self.approved_actions(desired, mode) if desired else frozenset()
+        automatic_or_applied = mode is Mode.AUTOMATIC or approved
+        if not automatic_or_applied or self.last_generation is None or self.is_follower():
             return []
         policy = self.policy()
         delivered: list[dict[str, Any]] = []
@@ -540,6 +584,8 @@ class Controller:
                 action = held.action
                 if not action.executable:
                     continue
+                if mode is not Mode.AUTOMATIC and held.action_id not in approved:
+                    continue  # recommend mode runs an applied plan's actions and nothing else
                 if action.not_before is not None and action.not_before > now:
                     continue
                 if action.kind.destructive and not held.delivered:

@@ -16,6 +16,7 @@ into the book's direct forecasts for the live plan; it, the forecast itself and
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections import deque
 from collections.abc import Iterable
@@ -23,7 +24,13 @@ from typing import Any
 
 from gridctl.demand import DemandLearner, DemandPicture, features_of
 from gridctl.demand.direct import direct_forecast, retention, with_correlation
-from gridctl.domain import ControllerPolicy, ModelDemand, ModelProfile, WorkloadCatalog
+from gridctl.domain import (
+    ControllerPolicy,
+    DesiredState,
+    ModelDemand,
+    ModelProfile,
+    WorkloadCatalog,
+)
 from gridctl.planner.portfolio_inputs import portfolio_inputs
 from gridctl.router.telemetry import RequestObservation
 
@@ -132,3 +139,21 @@ class DemandBook:
                     series.popleft()
             snapshot = {m: list(s) for m, s in self._series.items()}
         return direct_forecast(snapshot, now, policy)
+
+    def preview(
+        self, now: float, desired: DesiredState
+    ) -> tuple[DemandPicture, tuple[ModelDemand, ...]]:
+        """The picture and direct forecast a tick holding ``desired`` would plan with.
+
+        Computed on copies (the learners configured for ``desired``'s policy, catalog
+        and artifacts; series of models it does not declare dropped), so a dry run of a
+        candidate desired state changes nothing here.
+        """
+        names = {p.name for p in desired.profiles}
+        with self._lock:
+            learner = copy.deepcopy(self._learner)
+            series = {m: list(s) for m, s in self._series.items() if m in names}
+        learner.policy = learner.sequences.policy = learner.outcomes.policy = desired.policy
+        learner.catalog = desired.catalog
+        learner.configure({p.name: p.artifact.sha256 for p in desired.profiles})
+        return learner.picture(now), direct_forecast(series, now, desired.policy)

@@ -106,6 +106,9 @@ class ModelDemand:
 
     @property
     def has_direct_evidence(self) -> bool:
+        """The one definition of direct demand, used by the planner's targets, portfolio
+        fences and every "correlation-only" test: a request rate, a queue or errors.
+        Offered concurrency, latency and correlation alone are not direct evidence."""
         return self.requests_per_minute > 0 or self.queue_depth > 0 or self.error_rate > 0
 
     @property

@@ -122,15 +122,19 @@ def replica_target(
     inferred = 0
     concurrency = 0.0
     if demand is not None:
-        concurrency = direct_concurrency(profile, demand) * lookahead_factor(
-            demand, facts.startup_seconds, policy
-        )
-        direct = replicas_for(concurrency, per_replica, policy.demand_headroom)
-        if direct:
-            reasons.append(f"offered concurrency {concurrency:.2f}")
-        if under_pressure(profile, demand) and direct < facts.ready + 1:
-            direct = facts.ready + 1
-            reasons.append("queue/latency/error pressure")
+        # one definition of direct demand (ModelDemand.has_direct_evidence): offered
+        # concurrency with no request, queue or error signal behind it is not direct, so
+        # it can neither place a direct replica nor authorise a preemption
+        if demand.has_direct_evidence:
+            concurrency = direct_concurrency(profile, demand) * lookahead_factor(
+                demand, facts.startup_seconds, policy
+            )
+            direct = replicas_for(concurrency, per_replica, policy.demand_headroom)
+            if direct:
+                reasons.append(f"offered concurrency {concurrency:.2f}")
+            if under_pressure(profile, demand) and direct < facts.ready + 1:
+                direct = facts.ready + 1
+                reasons.append("queue/latency/error pressure")
         if demand.correlated_requests_per_minute > 0:
             rate = demand.correlated_requests_per_minute
             if demand.observed_peak_requests_per_minute > 0:

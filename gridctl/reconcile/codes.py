@@ -15,6 +15,7 @@ class BlockedCode(StrEnum):
 
     # modes
     OBSERVE_MODE = "observe_mode"  # observe: drift recorded as deferred, nothing proposed
+    NOT_IN_APPLIED_PLAN = "not_in_applied_plan"  # recommend: only an applied plan's ids run
     # residency guards (safety invariants 5-7)
     REPLACEMENT_NOT_READY = "replacement_not_ready"
     TRUSTED_REPLACEMENT_NOT_READY = "trusted_replacement_not_ready"

@@ -2,7 +2,8 @@
 
 * replacement_not_ready — an old replica is not drained until every required
   desired replica of the model reports ready elsewhere and the ready count
-  elsewhere still meets the model's floor (target, and min_replicas).
+  elsewhere still meets the model's floor (target, and min_replicas); a victim the
+  plan explicitly preempts has no floor beyond its assigned replacements.
 * trusted_replacement_not_ready — the last managed replica of a baseline model
   is not drained on the strength of external or manual inventory alone.
 * requests_in_flight — a draining residency with requests in flight is not
@@ -50,6 +51,23 @@ def model_floor(model_id: str, index: PlanIndex, profiles: Mapping[str, ModelPro
     return max(index.target(model_id), profile.min_replicas)
 
 
+def drain_floor(
+    model_id: str, host_id: str, index: PlanIndex, profiles: Mapping[str, ModelProfile]
+) -> int:
+    """The ready replicas that must survive draining ``model_id`` on ``host_id``.
+
+    An explicit higher-priority preemption the plan names is the spec's deliberate
+    exception to "capacity before removal" (invariant 3): the victim drains first and
+    its shortfall stays reported in the plan, so only the replacements the plan still
+    assigns the victim elsewhere must be ready (``replacement_block`` checks those);
+    otherwise the model's floor holds. A staged preemption is therefore executable,
+    never shown and then held forever.
+    """
+    if (host_id, model_id) in index.preempted:
+        return 0
+    return model_floor(model_id, index, profiles)
+
+
 def destructive_safety(
     p: Proposal,
     index: PlanIndex,
@@ -61,7 +79,7 @@ def destructive_safety(
     """The first residency guard that holds ``p`` back, if any."""
     residency = p.residency
     if p.kind is ActionKind.DRAIN:
-        floor = model_floor(p.model_id, index, profiles)
+        floor = drain_floor(p.model_id, p.host_id, index, profiles)
         code = replacement_block(p.model_id, p.host_id, index, view, floor)
         if code is not None:
             return code, None
@@ -96,5 +114,5 @@ def pending_drain_unsafe(
     )
     if wanted_again and (host_id, model_id) not in index.preempted:
         return True
-    floor = model_floor(model_id, index, profiles)
+    floor = drain_floor(model_id, host_id, index, profiles)
     return replacement_block(model_id, host_id, index, view, floor) is not None

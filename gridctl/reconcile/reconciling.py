@@ -76,6 +76,7 @@ def reconcile(
     *,
     memory: ControllerMemory | None = None,
     startup: Mapping[tuple[str, str], StartupEstimate] | None = None,
+    approved: frozenset[str] = frozenset(),
 ) -> ReconcileResult:
     """One reconciliation tick. See the module docstring for the pipeline.
 
@@ -83,7 +84,13 @@ def reconcile(
     tombstones in ``memory``); ``pending`` the executable actions without a
     terminal receipt; ``history`` the finished ones; ``startup`` optional
     learned (host, model) load/warm estimates, profile priors otherwise.
+    ``approved``: in recommend mode, the action ids of an applied saved plan; they are
+    decided exactly as in automatic mode, and every other action stays a proposal
+    (``not_in_applied_plan``) that spends no governor budget.
     """
+    approving = mode is Mode.RECOMMEND and bool(approved)
+    if approving:
+        mode = Mode.AUTOMATIC
     memory = advance_grace(memory or ControllerMemory(), now)
     view = FleetView(snapshot, profiles, policy, memory, now)
     index = PlanIndex(plan, profiles)
@@ -125,6 +132,7 @@ def reconcile(
         Governor(policy, view, live),
         _Context(view, index, past, profiles, policy, memory, now, in_grace, blocked_models),
         attempt_index(history),
+        approved if approving else None,
     )
     governor_withdrawn = decided.withdrawn
     cancellations += governor_withdrawn
@@ -223,6 +231,7 @@ def _decide(
     governor: Governor,
     ctx: _Context,
     attempts: Mapping[ActionKey, int],
+    only: frozenset[str] | None = None,
 ) -> _Decisions:
     items: list[_Decided] = []
     ids: dict[ActionKey, str] = {}
@@ -243,6 +252,8 @@ def _decide(
         code, not_before = gate if gate is not None else (None, None)
         if code is None and depends_on and not governor.holds(depends_on[0]):
             code = BlockedCode.DEPENDENCY_DEFERRED
+        if code is None and only is not None and action_id not in only:
+            code = BlockedCode.NOT_IN_APPLIED_PLAN
         if code is None:
             code = governor.admit(p, action_id)
         items.append(

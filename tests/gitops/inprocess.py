@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 
 from gridctl.cli import plan_cmd
 from gridctl.config import load_directory
-from gridctl.config.snapshots import snapshot_from_json
 from gridctl.controller.serving import ControllerService, ServiceOptions
 from gridctl.domain import Mode
 from tests.controller.simnodes import GEMMA_SHA, Clock, SimNode, engine_handler
@@ -95,20 +95,34 @@ class Harness:
                 await node.heartbeat()
             await self.service.probe_once(self.service.upstream)
 
+    async def dry_run(self, directory: Path) -> dict[str, Any]:
+        """``POST /allocator/dry-run`` with DIR, exactly as ``gridctl plan --against`` sends it."""
+        desired = load_directory(directory)
+        body = plan_cmd.candidate_body(desired, str(directory))
+        response = await self.admin("POST", "/allocator/dry-run", json=body)
+        assert response.status_code == 200, response.text
+        document: dict[str, Any] = response.json()
+        return document
+
     async def saved_plan(self, directory: Path) -> dict[str, Any]:
         """``gridctl plan DIR --against <this controller> --out``, in-process."""
-        response = await self.admin("GET", "/allocator/snapshot")
-        response.raise_for_status()
-        document = response.json()
-        observation = plan_cmd.Observation(
-            snapshot_from_json(document),
-            "http://ctl",
-            document.get("inputs"),
-            document.get("controller"),
-        )
-        desired = load_directory(directory)
-        run = plan_cmd.dry_run(desired, observation, desired.policy.mode)
-        return plan_cmd.saved_plan(run, str(directory))
+        return plan_cmd.saved_plan(await self.dry_run(directory), str(directory), "http://ctl")
+
+    async def apply_files(self, directory: Path) -> None:
+        """Make DIR's profiles the API controller's desired state with PUT/DELETE (no plan)."""
+        wanted = {}
+        for file in sorted(directory.glob("*.yaml")):
+            document = yaml.safe_load(file.read_text())
+            if document["kind"] == "ModelProfile":
+                wanted[document["metadata"]["name"]] = document
+        current = await self.status()
+        for row in current["profiles"]:
+            name = row["name"] if isinstance(row, dict) else row
+            if name not in wanted:
+                assert (await self.admin("DELETE", f"/allocator/models/{name}")).status_code == 200
+        for name, document in wanted.items():
+            response = await self.admin("PUT", f"/allocator/models/{name}", json=document)
+            assert response.status_code == 200, response.text
 
     async def apply(self, plan: dict[str, Any]) -> httpx.Response:
         return await self.admin("POST", "/allocator/apply", json=plan)

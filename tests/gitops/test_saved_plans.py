@@ -44,28 +44,54 @@ async def test_applied_plan_becomes_the_target_and_converges(tmp_path: Path) -> 
         stale = await h.apply(twin)
         assert stale.status_code == 409
         error = stale.json()["error"]
-        assert error["message"].startswith("stale plan: revision, policy, residencies moved")
+        assert error["message"].startswith("stale plan: revision, residencies, history")
         moved = {row["input"]: row for row in error["moved"]}
-        assert moved["residencies"]["added"] == [f"local-1/gemma ready managed {GEMMA_SHA[:12]}"]
-        assert moved["revision"]["added"] == [plan["desired"]["revision"]]
+        assert moved["residencies"]["added"] == [
+            f"local-1/gemma ready managed {GEMMA_SHA[:12]} llama.cpp 640 MB"
+        ]
+        assert [line.split()[0] for line in moved["revision"]["added"]] == ["previous"]
         assert "moved residencies: +local-1/gemma ready" in error["message"]
 
         again = await h.saved_plan(directory)
         assert again["changes"] is False and again["actions"] == []
 
 
-async def test_recommend_mode_apply_proposes_without_executing(tmp_path: Path) -> None:
+async def test_recommend_mode_proposes_and_an_applied_plan_runs_exactly_its_ids(
+    tmp_path: Path,
+) -> None:
     async with controller(tmp_path) as h:
         node = h.node("local-1", cached={"gemma": GEMMA_SHA})
         assert (await node.register()).status_code == 200
         await h.set_mode("recommend")
-        plan = await h.saved_plan(desired_dir(tmp_path / "desired", gemma=1))
-        body = (await h.apply(plan)).json()
-        assert body["effective_mode"] == "recommend"
-        assert [a["executable"] for a in body["actions"]] == [False]
+        two = desired_dir(tmp_path / "desired", gemma=1, other=1)
+        await h.converge([node], rounds=2)
+        assert node.executed == []  # recommend: proposals only
+        plan = await h.saved_plan(two)
+        assert {a["model_id"] for a in plan["actions"]} == {"gemma", "other"}
+        # review: only gemma's work is approved, the rest of the plan is cut away
+        reviewed = dict(plan, actions=[a for a in plan["actions"] if a["model_id"] == "gemma"])
+        reviewed["deferred"] = []
+        refused = await h.apply(reviewed)
+        assert refused.status_code == 409  # a plan must be applied whole, as it was made
+        assert "act differently" in refused.json()["error"]["message"]
+
+        applied = await h.apply(plan)
+        assert applied.status_code == 200, applied.text
+        body = applied.json()
+        ids = sorted(a["action_id"] for a in plan["actions"])
+        assert body["mode"] == "recommend" and body["approved_action_ids"] == ids
+        assert body["issued_not_in_plan"] == []
+        await h.converge([node], rounds=6)
+        issued = [e["action_id"] for e in (await h.status())["history"] if e["event"] == "issued"]
+        assert sorted(set(issued)) == ids
+        assert sorted(c["action_id"] for c in node.executed) == ids
+        assert (await h.model("gemma"))["health"] == "Healthy"
+
+        # a new proposal after the plan finished is proposed, never executed
+        three = desired_dir(tmp_path / "desired", gemma=2, other=1)
+        await h.apply_files(three)
         await h.converge([node], rounds=3)
-        assert node.executed == []
-        assert (await h.model("gemma"))["health"] == "Suspended"
+        assert sorted(c["action_id"] for c in node.executed) == ids
 
 
 async def test_a_host_joining_makes_a_plan_stale(tmp_path: Path) -> None:
@@ -75,9 +101,10 @@ async def test_a_host_joining_makes_a_plan_stale(tmp_path: Path) -> None:
         assert (await h.node("local-2", failure_domain="zone-b").register()).status_code == 200
         refused = await h.apply(plan)
         assert refused.status_code == 409
-        (moved,) = refused.json()["error"]["moved"]
-        assert moved["input"] == "hosts"
-        assert moved["added"] == ["local-2 managed accepting 2048 MB usable"]
+        moved = {row["input"]: row for row in refused.json()["error"]["moved"]}
+        assert sorted(moved) == ["hosts"]
+        (line,) = moved["hosts"]["added"]
+        assert line.startswith("local-2 managed accepting 2048 MB usable (resources ")
 
 
 async def test_watched_controller_applies_only_its_own_revision(tmp_path: Path) -> None:
@@ -168,4 +195,6 @@ def test_plan_json_actions_and_out_from_a_snapshot_file(
     ]
     path.write_text(json.dumps(snapshot))
     assert main(["plan", str(directory), "--against", str(path), "--detailed-exitcode"]) == 0
-    assert "0 to place, 0 to preempt, 0 unsatisfied" in capsys.readouterr().out
+    assert "0 to place, 0 to destroy, 0 to replace, 0 held, 0 unsatisfied" in (
+        capsys.readouterr().out
+    )

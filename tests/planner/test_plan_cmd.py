@@ -24,15 +24,17 @@ def test_human_diff_places_and_summarises(capsys: pytest.CaptureFixture[str]) ->
     out = capsys.readouterr().out
     assert "  + coder-32b on gpu-1 (vllm, 20480 MB): direct replica 1 of 2" in out
     assert "  ! coder-32b: insufficient_capacity, 1 missing" in out
-    assert out.rstrip().endswith("Plan: 1 to place, 0 to preempt, 1 unsatisfied.")
+    assert out.rstrip().endswith(
+        "Plan: 1 to place, 0 to destroy, 0 to replace, 1 held, 1 unsatisfied."
+    )
 
 
 def test_saturated_fleet_shows_a_staged_preemption(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", OFFICE, "--against", snap("office-saturated")]) == 0
     out = capsys.readouterr().out
-    assert "  - batch-embed on gpu-1 (for coder-32b)" in out
+    assert "  -/+ batch-embed on gpu-1 for coder-32b: " in out
     assert "  ! coder-32b on gpu-1: preemption_staged" in out
-    assert "Plan: 0 to place, 1 to preempt," in out
+    assert "Plan: 0 to place, 1 to destroy, 1 to replace," in out
 
 
 def test_json_has_the_documented_shape(capsys: pytest.CaptureFixture[str]) -> None:

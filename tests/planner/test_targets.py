@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gridctl.domain import ControllerPolicy, DemandClass
 from gridctl.planner import replica_target
 from gridctl.planner.targets import FleetFacts
@@ -43,12 +45,23 @@ def test_pins_fix_the_target() -> None:
 
 
 def test_performance_factor_is_bounded() -> None:
-    t = replica_target(
-        profile("m", max_replicas=3), demand("m", offered_concurrency=1000), NO_FLEET, POLICY
-    )
+    hot = demand("m", requests_per_minute=60, offered_concurrency=1000)
+    t = replica_target(profile("m", max_replicas=3), hot, NO_FLEET, POLICY)
     assert t.performance_factor == POLICY.performance_factor_max
-    light = replica_target(profile("m"), demand("m", offered_concurrency=0.1), NO_FLEET, POLICY)
-    assert light.performance_factor == 1.0
+    light = demand("m", requests_per_minute=1, offered_concurrency=0.1)
+    assert replica_target(profile("m"), light, NO_FLEET, POLICY).performance_factor == 1.0
+
+
+def test_offered_concurrency_alone_is_not_direct_demand() -> None:
+    """One definition everywhere: no rate, queue or errors means no direct replica, so a
+    row the domain calls correlation-only can never place direct work or preempt."""
+    row = demand("m", offered_concurrency=3.0, correlated_requests_per_minute=6.0)
+    assert row.correlation_only and not row.has_direct_evidence
+    t = replica_target(profile("m", max_replicas=4), row, NO_FLEET, POLICY)
+    assert t.direct == 0 and t.first_class is not DemandClass.DIRECT
+    direct = replace(row, requests_per_minute=30.0)
+    assert not direct.correlation_only
+    assert replica_target(profile("m", max_replicas=4), direct, NO_FLEET, POLICY).direct >= 1
 
 
 def test_lookahead_only_projects_rising_trends_within_the_horizon() -> None:
