@@ -205,14 +205,22 @@ class Controller:
                     return
                 if not self.authority.holds or grant.term != self.authority.term:
                     self.event("authority_acquired", message=f"term {grant.term}")
-                    if self._took_over(grant) and self.store.pending():
-                        # taking over from another controller is a restart for the commands
-                        # it left: they get the same bounded membership-recovery grace
-                        self._grace = RestartGrace(restarted_at=self.clock())
+                    if self._took_over(grant):
+                        self._continue_from_store()
                 self.authority.holds = True
                 self.authority.term = grant.term
                 self.authority.lease_expires_at = grant.expires_at
         self.store.note_term(grant.term)
+
+    def _continue_from_store(self) -> None:
+        """Taking over from another controller is a restart for what it left: restored
+        commands get the bounded membership-recovery grace, and its outcome evidence
+        (persisted each tick) replaces this process's copy of the same keys."""
+        if self.store.pending():
+            self._grace = RestartGrace(restarted_at=self.clock())
+        persisted = self.store.evidence()
+        self.demand.restore_evidence(persisted)
+        self._persisted_evidence = persisted
 
     def _took_over(self, grant: Grant) -> bool:
         previous = grant.previous

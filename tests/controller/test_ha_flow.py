@@ -17,6 +17,7 @@ import pytest
 
 from gridctl.controller.serving import ControllerService, ServiceOptions
 from gridctl.controller.stores.postgres import PostgresLocation
+from gridctl.router.telemetry import RequestObservation
 from tests.controller.simnodes import GEMMA_SHA, Clock, SimNode, engine_handler
 
 from .test_http_flow import profile
@@ -108,10 +109,18 @@ async def test_follower_redirects_then_takes_over_and_continues_without_repeatin
                 break
         assert [c["kind"] for c in node.executed] == ["warm"]
         assert node.executed[0]["controller_term"] == term
+        # a request the leader's router saw becomes outcome evidence in the shared store
+        leader.controller.demand.observe(
+            RequestObservation(clock(), "chat", "gemma", "gemma", "local-1", "ok", 200, 0.4)
+        )
+        leader.controller.mark_dirty()
+        evidence = _wait("evidence in the store", lambda: leader.store.evidence())
+        assert not follower.controller.demand.evidence_bodies()
 
         _crash(leader)  # the warm's acknowledgement has not reached anyone yet
         taken = _wait("the follower to take over", follower.controller.holds_authority)
         assert taken and follower.controller.authority.term == term + 1
+        assert set(follower.controller.demand.evidence_bodies()) == set(evidence)
         _wait("the old leader to stop", lambda: not leader.controller.holds_authority())
         assert leader.controller.commands_for("local-1") == []
 
