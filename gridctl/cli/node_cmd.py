@@ -187,6 +187,7 @@ def _config(args: argparse.Namespace) -> NodeConfig:
         artifact_listen=args.artifact_listen,
         artifact_peer_ca=args.artifact_peer_ca,
         policy=_policy(args),
+        advertise=args.advertise,
     )
 
 

@@ -35,7 +35,7 @@ def _hosts(ctl: Controller, now: float) -> list[dict[str, Any]]:
     rows = []
     for record in ctl.registry.hosts():
         res = record.resources
-        routable = {r.model_id for r in ctl.registry.routable_on(record.host_id, now)}
+        routable = {r.model_id: r.endpoint for r in ctl.registry.routable_on(record.host_id, now)}
         residencies = []
         used = res.external_mb
         snapshot_states = {}
@@ -56,6 +56,7 @@ def _hosts(ctl: Controller, now: float) -> list[dict[str, Any]]:
                     "artifact_sha256": r.artifact_sha256,
                     "active_requests": ctl.registry.active_requests(record.host_id, r.model_id),
                     "routable": r.model_id in routable,
+                    "endpoint": routable.get(r.model_id),
                     "loaded_at": r.loaded_at,
                     "last_used_at": r.last_used_at,
                 }
