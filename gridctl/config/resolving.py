@@ -7,6 +7,7 @@ occur here; canonicalisation (lowercase digests, sorted sets) happens here.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from gridctl.config.schemas import fill_defaults
@@ -128,19 +129,41 @@ def resources_from_mapping(data: dict[str, Any]) -> HostResources:
     return HostResources(**kwargs)
 
 
-def cached_from_list(values: Any) -> tuple[CachedArtifact, ...]:
+def cached_from_list(values: Any, now: float | None = None) -> tuple[CachedArtifact, ...]:
+    """Cached entries from a fleet document, a snapshot or a heartbeat (``now`` turns a
+    heartbeat's ``cached_age_seconds`` into the receiver's clock)."""
     cached: list[CachedArtifact] = []
     for value in values or ():
         if isinstance(value, str):
             cached.append(CachedArtifact(model_id=value))
         else:
-            cached.append(
-                CachedArtifact(
-                    model_id=value["model_id"],
-                    artifact_sha256=canonical_sha256(value.get("artifact_sha256")),
-                )
-            )
+            cached.append(_cached_entry(value, now))
     return tuple(sorted(set(cached), key=lambda c: (c.model_id, c.artifact_sha256 or "")))
+
+
+def _cached_entry(value: Mapping[str, Any], now: float | None) -> CachedArtifact:
+    size_mb = value.get("size_mb")
+    size_bytes = value.get("size_bytes")
+    if size_mb is None and isinstance(size_bytes, int):
+        size_mb = -(-size_bytes // (1024 * 1024))
+    cached_at = value.get("cached_at") if now is None else None
+    age = value.get("cached_age_seconds")
+    if now is not None and isinstance(age, int | float):
+        cached_at = now - float(age)
+    used = value.get("used")
+    if used is None:
+        used = value.get("last_used_age_seconds") is not None
+    provenance = value.get("provenance")
+    if provenance not in ("demand", "predictive", "operator"):
+        provenance = "predictive" if value.get("predictive") is True else "operator"
+    return CachedArtifact(
+        model_id=value["model_id"],
+        artifact_sha256=canonical_sha256(value.get("artifact_sha256")),
+        size_mb=size_mb if isinstance(size_mb, int) else None,
+        provenance=str(provenance),
+        cached_at=float(cached_at) if isinstance(cached_at, int | float) else None,
+        used=bool(used),
+    )
 
 
 def fleet_from_document(doc: dict[str, Any]) -> Fleet:

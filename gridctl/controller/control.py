@@ -27,6 +27,8 @@ from gridctl.controller.stores import Lease
 from gridctl.controller.ticking import TickInputs, TickOutcome, compute_tick
 from gridctl.controller.timings import TimingKind, estimate
 from gridctl.domain import (
+    Action,
+    ActionKind,
     ControllerPolicy,
     DesiredState,
     FleetSnapshot,
@@ -47,6 +49,7 @@ from gridctl.reconcile import (
     command_to_json,
     delivery_order,
 )
+from gridctl.reconcile.caching import eviction_problem
 from gridctl.reconcile.records import RestartGrace
 
 log = logging.getLogger(__name__)
@@ -601,6 +604,17 @@ class Controller:
                     if problem:
                         self.delivery_safety_error = problem
                         continue
+                if action.kind is ActionKind.EVICT and not held.delivered:
+                    problem = self._eviction_problem(action, now)
+                    if problem:
+                        self.event(
+                            "eviction_withheld",
+                            action_id=held.action_id,
+                            host_id=host_id,
+                            model_id=action.model_id,
+                            message=problem,
+                        )
+                        continue
                 if not held.delivered:
                     newly.append(held)
                 command = command_to_json(
@@ -642,6 +656,13 @@ class Controller:
             )
             command["artifact_mirrors"] = mirrors[: self.policy().artifact_fanout]
         return command
+
+    def _eviction_problem(self, action: Action, now: float) -> str | None:
+        """A queued eviction revalidated against the host's latest heartbeat."""
+        desired = self.desired.current
+        profiles = {p.name: p for p in desired.profiles} if desired else {}
+        host = self.registry.host_snapshot(action.host_id, now)
+        return eviction_problem(action.model_id, action.artifact_sha256, host, profiles)
 
     def _destructive_problem(
         self, model_id: str, host_id: str, now: float, policy: ControllerPolicy

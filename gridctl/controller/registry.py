@@ -126,6 +126,21 @@ def _bytes_fetched(envelope: Any, prior: HostRecord | None) -> int:
     return prior.artifact_bytes_fetched if prior is not None else 0
 
 
+def _steady_ages(
+    cached: tuple[CachedArtifact, ...], prior: HostRecord | None
+) -> tuple[CachedArtifact, ...]:
+    """Keep the first-seen controller-clock ``cached_at`` of an unchanged entry, so the
+    jitter of reported ages does not make every heartbeat a new planning input."""
+    if prior is None:
+        return cached
+    seen = {(c.model_id, c.artifact_sha256): c.cached_at for c in prior.cached}
+    steady = []
+    for entry in cached:
+        first = seen.get((entry.model_id, entry.artifact_sha256))
+        steady.append(replace(entry, cached_at=first) if first is not None else entry)
+    return tuple(steady)
+
+
 def _prior_mirror(prior: HostRecord | None) -> str | None:
     return prior.artifact_mirror if prior is not None else None
 
@@ -279,7 +294,9 @@ class Registry:
                     continue
                 parsed.append(residency)
             residencies = tuple(sorted(parsed, key=lambda r: (r.model_id, r.state.value)))
-            cached = resolving.cached_from_list(envelope.get("cached_models"))
+            cached = _steady_ages(
+                resolving.cached_from_list(envelope.get("cached_models"), now), prior
+            )
             capabilities = tuple(sorted(envelope.get("actuator_capabilities", [])))
             key = envelope.get("engine_api_key")
         if reasons:
@@ -475,6 +492,12 @@ class Registry:
         holders.sort(key=lambda r: (-r.last_heartbeat, r.host_id))
         return [r.artifact_mirror for r in holders if r.artifact_mirror is not None]
 
+    def host_snapshot(self, host_id: str, now: float) -> HostSnapshot | None:
+        """One host as the planner would see it now (None if unknown)."""
+        with self._lock:
+            record = self._hosts.get(host_id)
+            return None if record is None else self._host_snapshot(record, now)
+
     def host(self, host_id: str) -> HostRecord | None:
         with self._lock:
             return self._hosts.get(host_id)
@@ -540,4 +563,5 @@ class Registry:
             residencies=tuple(residencies),
             cached=record.cached,
             kind="external" if record.role == "external" else "managed",
+            capabilities=record.capabilities,
         )

@@ -68,6 +68,14 @@ class CachedArtifact:
 
     model_id: str
     artifact_sha256: str | None = None
+    size_mb: int | None = None
+    provenance: str = "operator"  # "demand" | "predictive" | "operator"; unknown = operator
+    cached_at: float | None = None  # controller clock; None = unknown age
+    used: bool = False  # a child was launched from it at least once
+
+    @property
+    def predictive(self) -> bool:
+        return self.provenance == "predictive"
 
 
 @dataclass(frozen=True)
@@ -82,6 +90,7 @@ class HostSnapshot:
     cached: tuple[CachedArtifact, ...] = ()
     failed_attempts: tuple[tuple[str, int], ...] = ()  # (model_id, persisted failures)
     kind: str = "managed"
+    capabilities: tuple[str, ...] = ()  # actuator verbs the node advertised (load, evict, ...)
 
 
 @dataclass(frozen=True)

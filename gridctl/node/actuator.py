@@ -439,10 +439,18 @@ class HostActuator:
     # --- EVICT ------------------------------------------------------------------------
 
     def evict(self, req: LifecycleRequest) -> Outcome:
+        """Delete an unused predictive cache entry, fenced by its exact digest."""
         with self._lock:
             record = self.store.residency(req.model_id)
             if record is not None and record.has_process:
                 raise ActionFailure("residency_active", f"{req.model_id} still has a child")
+            entry = self.store.cached_artifact(req.model_id)
+            if entry is not None:
+                if req.artifact_sha256 is not None and entry.sha256 != req.artifact_sha256.lower():
+                    raise ActionFailure("artifact_revision_changed", f"cached {entry.sha256[:12]}")
+                if entry.provenance != "predictive" or entry.last_used_at is not None:
+                    used = "used" if entry.last_used_at is not None else entry.provenance
+                    raise ActionFailure("evict_refused", f"{req.model_id}: {used} entry")
             in_use = {
                 r.artifact_sha256
                 for r in self.store.residencies()

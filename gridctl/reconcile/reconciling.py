@@ -29,6 +29,7 @@ from gridctl.domain import (
     ModelProfile,
     Plan,
 )
+from gridctl.reconcile.caching import cache_proposals
 from gridctl.reconcile.codes import BlockedCode, CancelReason
 from gridctl.reconcile.governor import Governor, service_key
 from gridctl.reconcile.grace import advance_grace, grace_active
@@ -108,7 +109,8 @@ def reconcile(
 
     proposals = sorted(
         constructive_proposals(index, view, profiles, startup or {})
-        + destructive_proposals(index, view, profiles, memory),
+        + destructive_proposals(index, view, profiles, memory)
+        + cache_proposals(plan, snapshot, profiles, policy),
         key=service_key,
     )
     by_key = {action_key(p.action): p for p in live}

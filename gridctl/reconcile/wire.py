@@ -13,6 +13,7 @@ from typing import Any
 
 from gridctl.domain import Action, ActionKind, DemandClass, ReceiptStatus
 from gridctl.errors import WireError
+from gridctl.reconcile.caching import PREFETCH_REASON
 from gridctl.reconcile.identity import ActionKey, derive_action_id
 from gridctl.reconcile.records import HistoryEntry, PendingAction
 
@@ -62,6 +63,7 @@ def command_to_json(
         "reason": action.reason[:1024],
         "created_at": action.created_at,
         "not_before": action.not_before,
+        "prefetch": action.kind is ActionKind.LOAD and action.reason.startswith(PREFETCH_REASON),
     }
 
 
