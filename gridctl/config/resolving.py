@@ -24,6 +24,7 @@ from gridctl.domain import (
     Workload,
     WorkloadCatalog,
 )
+from gridctl.domain.profiles import DEFAULT_ENDPOINTS, ENDPOINTS
 
 _RESOURCE_FIELDS = {f.name for f in dataclasses.fields(HostResources)}
 _TUPLE_RESOURCE_FIELDS = {
@@ -79,6 +80,7 @@ def profile_from_document(doc: dict[str, Any]) -> ModelProfile:
         min_gpu_count=spec["min_gpu_count"],
         min_gpu_memory_mb=spec["min_gpu_memory_mb"],
         chat_template=spec.get("chat_template"),
+        endpoints=tuple(e for e in ENDPOINTS if e in spec.get("endpoints", DEFAULT_ENDPOINTS)),
     )
 
 

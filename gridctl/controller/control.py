@@ -644,6 +644,8 @@ class Controller:
         profile = desired.profile(command["model_id"]) if desired else None
         if profile is not None and profile.chat_template and command.get("kind") == "warm":
             command["chat_template"] = profile.chat_template
+        if profile is not None and command.get("kind") == "warm":
+            command["endpoints"] = list(profile.endpoints)
         if profile is None or profile.artifact.source is None:
             return command
         if profile.artifact.sha256 != command.get("artifact_sha256"):

@@ -247,6 +247,11 @@ class ControllerService:
         current = self.controller.current_desired()
         return bool(current and current.profile(model))
 
+    def _endpoints_of(self, model: str) -> tuple[str, ...] | None:
+        current = self.controller.current_desired()
+        profile = current.profile(model) if current else None
+        return profile.endpoints if profile else None
+
     def _unavailable_reason(self, model: str) -> str:
         status = [m for m in self._model_rows() if m["model_id"] == model]
         if status:
@@ -381,6 +386,7 @@ class ControllerService:
                 clock=self.options.clock,
                 is_configured=self._configured,
                 unavailable_reason=self._unavailable_reason,
+                endpoints_of=self._endpoints_of,
                 tap=self.tap,
                 client=upstream,
             )

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from gridctl.domain.states import DataTier
 
 DEFAULT_RUNTIME = "llama.cpp"
+ENDPOINTS = ("chat", "completions", "embeddings")  # the OpenAI surface a replica may serve
+DEFAULT_ENDPOINTS = ("chat", "completions")
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ class ModelProfile:
     min_gpu_count: int = 0
     min_gpu_memory_mb: int = 0
     chat_template: str | None = None  # a llama-server built-in name; None = the GGUF's own
+    endpoints: tuple[str, ...] = DEFAULT_ENDPOINTS  # of ``ENDPOINTS``; embeddings needs a flag
 
     def memory_for(self, runtime: str) -> int:
         """Resident footprint of one replica on ``runtime``."""

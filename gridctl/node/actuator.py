@@ -80,6 +80,7 @@ class LifecycleRequest:
     artifact_mirrors: tuple[str, ...] = ()  # fleet peers holding the exact digest, tried first
     prefetch: bool = False  # a cache-only predictive transfer: provenance "predictive"
     chat_template: str | None = None  # a llama-server built-in template name for the warm
+    embeddings: bool = False  # the warmed engine serves /v1/embeddings
     force: bool = False
 
 
@@ -309,7 +310,12 @@ class HostActuator:
             journal = _Journal(self.store, record)
             try:
                 identity = self.runtime.spawn(
-                    req.model_id, Path(entry.path), port, journal, chat_template=req.chat_template
+                    req.model_id,
+                    Path(entry.path),
+                    port,
+                    journal,
+                    chat_template=req.chat_template,
+                    embeddings=req.embeddings,
                 )
             except BaseException as exc:
                 self._released(journal.record, ResidencyState.FAILED, f"spawn failed: {exc}"[:512])

@@ -40,6 +40,7 @@ def lifecycle_request(command: dict[str, Any]) -> LifecycleRequest:
         artifact_mirrors=tuple(str(m) for m in command.get("artifact_mirrors") or ()),
         prefetch=bool(command.get("prefetch", False)),
         chat_template=command.get("chat_template"),
+        embeddings="embeddings" in (command.get("endpoints") or ()),
         force=bool(command.get("force", False)),
     )
 

@@ -62,6 +62,8 @@ class RouterContext:
     breakers: Breakers | None = None  # default: one per router, on ``clock``
     attribution: Attribution | None = None
     monotonic: Callable[[], float] = field(default=time.monotonic)
+    # the endpoints a configured model's replicas serve (None: not known, not checked)
+    endpoints_of: Callable[[str], tuple[str, ...] | None] | None = None
 
 
 def circuit_key(route: EngineRoute) -> CircuitKey:
@@ -156,6 +158,9 @@ class Router:
                 "invalid_request_error",
                 "model_not_found",
             )
+        refused = self._endpoint_refusal(model, endpoint, path)
+        if refused is not None:
+            return refused
         route = await self._admit(model, token_hint(payload), session)
         waited[0] = time.monotonic() - started
         if route is None:
@@ -168,6 +173,20 @@ class Router:
                 "no_ready_replica",
             )
         return await self._send(request, route, path, body, stream, observe)
+
+    def _endpoint_refusal(self, model: str, endpoint: str, path: str) -> Response | None:
+        """A 400 naming the endpoint when the model's replicas do not serve it (an engine
+        started without ``--embeddings`` would answer with its own, less useful error)."""
+        served = self.ctx.endpoints_of(model) if self.ctx.endpoints_of else None
+        if served is None or endpoint in served:
+            return None
+        return openai_error(
+            400,
+            f"model '{model}' does not serve {path}: its profile declares endpoints "
+            f"[{', '.join(served)}]; add '{endpoint}' to spec.endpoints to serve it",
+            "invalid_request_error",
+            "endpoint_not_served",
+        )
 
     # -- admission ---------------------------------------------------------------------
 

@@ -216,3 +216,13 @@ def test_missing_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     code, report = validate_json(tmp_path / "nope", capsys)
     assert code == 1
     assert report["errors"][0]["message"] == "no such file or directory"
+
+
+def test_an_unknown_endpoint_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = GOOD_PROFILE.format(name="a") + "  endpoints: [chat, images]\n"
+    write(tmp_path, "a.yaml", text)
+    code, report = validate_json(tmp_path, capsys)
+    error = only_error(report)
+    assert code == 1
+    assert error["pointer"] == "/spec/endpoints/1"
+    assert error["line"] == 7

@@ -25,3 +25,11 @@ def test_a_named_template_uses_the_builtin_path(tmp_path: Path) -> None:
 def test_without_a_name_the_gguf_template_is_used(tmp_path: Path) -> None:
     argv = runtime(tmp_path).argv("m", tmp_path / "m.gguf", 23001)
     assert "--jinja" in argv and "--chat-template" not in argv and "--no-jinja" not in argv
+
+
+def test_declared_embeddings_start_the_engine_with_mean_pooling(tmp_path: Path) -> None:
+    argv = runtime(tmp_path).argv("m", tmp_path / "m.gguf", 23001, embeddings=True)
+    assert "--embeddings" in argv
+    assert argv[argv.index("--pooling") + 1] == "mean"  # a generative GGUF pools nothing
+    plain = runtime(tmp_path).argv("m", tmp_path / "m.gguf", 23001)
+    assert "--embeddings" not in plain and "--pooling" not in plain

@@ -121,6 +121,9 @@ class FakeEngine:
             routes=[
                 Route("/health", self._health),
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                # the same answer on the rest of the surface: routing is what is tested
+                Route("/v1/completions", self._chat, methods=["POST"]),
+                Route("/v1/embeddings", self._chat, methods=["POST"]),
             ]
         )
         config = uvicorn.Config(
@@ -193,7 +196,12 @@ class RouterRig:
     router: Router
 
     @classmethod
-    def build(cls, *, admission_wait: float = 5.0) -> RouterRig:
+    def build(
+        cls,
+        *,
+        admission_wait: float = 5.0,
+        endpoints: tuple[str, ...] | None = None,
+    ) -> RouterRig:
         registry = Registry(route_lease_seconds=1e9)
         clock = Clock()
         tap = TelemetryTap()
@@ -207,6 +215,7 @@ class RouterRig:
                 tap=tap,
                 client=upstream,
                 admission_wait_seconds=admission_wait,
+                endpoints_of=lambda model: endpoints if model == MODEL else None,
             )
         )
         return cls(registry, clock, tap, upstream, router)

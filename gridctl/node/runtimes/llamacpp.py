@@ -157,7 +157,12 @@ class LlamaCppRuntime:
     # --- command line -----------------------------------------------------------------
 
     def argv(
-        self, model_id: str, model_path: Path, port: int, chat_template: str | None = None
+        self,
+        model_id: str,
+        model_path: Path,
+        port: int,
+        chat_template: str | None = None,
+        embeddings: bool = False,
     ) -> list[str]:
         s, net = self.settings, self.network
         tls = (
@@ -182,6 +187,9 @@ class LlamaCppRuntime:
             "--slots",
             "--no-webui",
             *(template or ["--jinja"]),  # else the GGUF's own chat template
+            # /v1/embeddings, declared by the profile; a generative GGUF pools nothing by
+            # default, which the OpenAI wire cannot carry: mean-pool its token vectors
+            *(["--embeddings", "--pooling", "mean"] if embeddings else []),
             *s.extra_args,
         ]  # fmt: skip
 
@@ -201,13 +209,14 @@ class LlamaCppRuntime:
         journal: SpawnJournal,
         *,
         chat_template: str | None = None,
+        embeddings: bool = False,
     ) -> ProcessIdentity:
         """Start a child and durably record its PID, port and identity proof.
 
         Does not wait for readiness. If recording fails, the child is stopped and
         the error propagates.
         """
-        argv = self.argv(model_id, model_path, port, chat_template)
+        argv = self.argv(model_id, model_path, port, chat_template, embeddings)
         with open(self.log_path(model_id), "ab") as log:
             popen = subprocess.Popen(
                 argv,
