@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import errno
 import hashlib
 import hmac
 import json
@@ -75,13 +76,15 @@ class CredentialForbidden(CredentialError):
 def write_secret_file(path: Path, text: str) -> None:
     """Atomically write ``text`` to ``path`` with mode 0600 from the first byte.
 
-    The temporary file is created with ``O_EXCL`` and mode 0600, so the secret is
-    never readable by others, not even briefly; ``os.replace`` publishes it.
+    Missing parent directories are created 0700. The temporary file is created
+    with ``O_EXCL | O_NOFOLLOW`` and mode 0600, so the secret is never readable
+    by others, not even briefly, and never written through a planted symlink;
+    ``os.replace`` publishes it (replacing a symlink at ``path``, not its target).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _make_private_dirs(path.parent)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
@@ -94,19 +97,48 @@ def write_secret_file(path: Path, text: str) -> None:
         raise
 
 
+def _make_private_dirs(directory: Path) -> None:
+    missing: list[Path] = []
+    current = directory
+    while not current.exists():
+        missing.append(current)
+        current = current.parent
+    for created in reversed(missing):
+        created.mkdir(mode=0o700, exist_ok=True)
+
+
 def read_secret_file(path: Path) -> str:
-    """Read a secret file, refusing one that group or others may read or write."""
+    """Read a secret file: a regular file, not a symlink, owned by us, mode 0600 or stricter."""
     path = Path(path)
     try:
-        st = path.stat()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except FileNotFoundError as exc:
         raise CredentialError(f"secret file not found: {path}") from exc
-    if os.name == "posix" and st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise CredentialError(
-            f"secret file {path} is accessible by group or others "
-            f"(mode {stat.S_IMODE(st.st_mode):o}); chmod 600 it"
-        )
-    return path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise CredentialError(
+                f"secret file {path} is a symlink; refusing to follow it"
+            ) from None
+        raise CredentialError(f"cannot read secret file {path}: {exc.strerror}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise CredentialError(f"secret file {path} is not a regular file")
+    with os.fdopen(fd, "r", encoding="utf-8") as handle:
+        if os.name == "posix" and st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise CredentialError(
+                f"secret file {path} is accessible by group or others "
+                f"(mode {stat.S_IMODE(st.st_mode):o}); chmod 600 it"
+            )
+        if os.name == "posix" and st.st_uid != os.geteuid():
+            raise CredentialError(
+                f"secret file {path} belongs to uid {st.st_uid}, not to this user "
+                f"(uid {os.geteuid()})"
+            )
+        try:
+            return handle.read().strip()
+        except UnicodeDecodeError:
+            raise CredentialError(f"secret file {path} is not text") from None
 
 
 # --- signing key ----------------------------------------------------------------------

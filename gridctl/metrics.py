@@ -201,6 +201,12 @@ class ControllerMetrics:
             buckets=REQUEST_BUCKETS,
             registry=self.registry,
         )
+        self.client_requests = Counter(
+            "gridctl_router_client_requests",
+            "requests the router finished per router key id (never the key) and outcome",
+            ["key_id", "outcome"],
+            registry=self.registry,
+        )
         self.breaker_openings = Counter(
             "gridctl_circuit_breaker_openings",
             "circuit breaker openings by model and host",
@@ -220,6 +226,8 @@ class ControllerMetrics:
         if not model or not self._known_model(model):
             model = OTHER_MODEL
         self.requests.labels(model, observation.outcome).inc()
+        if observation.client is not None:
+            self.client_requests.labels(observation.client, observation.outcome).inc()
         self.request_duration.labels(model, observation.outcome).observe(
             max(0.0, observation.service_seconds)
         )

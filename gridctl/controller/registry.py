@@ -103,6 +103,7 @@ class HostRecord:
     transfers: tuple[dict[str, Any], ...] = ()  # artifact downloads running at the heartbeat
     artifacts: tuple[dict[str, Any], ...] = ()  # cached entries as reported (gguf, provenance)
     artifact_bytes_fetched: int = 0  # the node's network bytes received (a counter)
+    network: dict[str, Any] = field(default_factory=dict)  # advertised address and family
 
 
 def _artifact_rows(envelope: Any) -> tuple[dict[str, Any], ...]:
@@ -302,10 +303,14 @@ class Registry:
         if reasons:
             state = HostState.UNHEALTHY
         routes = self._routes(host_id, rows, residencies, key, prior)
+        network = payload.get("network")
+        if not isinstance(network, dict):
+            network = dict(prior.network) if prior is not None else {}
         return HostRecord(
             host_id=host_id,
             node_id=host_id,
             role=str(payload.get("role", prior.role if prior else "allocator")),
+            network=network,
             resources=resources,
             state=state,
             reported_state=reported,

@@ -71,6 +71,10 @@ def _hosts(ctl: Controller, now: float) -> list[dict[str, Any]]:
                 "unhealthy_reasons": list(record.unhealthy_reasons),
                 "stale": age > policy.heartbeat_stale_seconds,
                 "capacity_mb": res.capacity_mb,
+                "gpu_count": res.gpu_count,  # null: the host cannot tell
+                "gpu_memory_mb": res.gpu_memory_mb,
+                "advertise": record.network.get("advertise"),
+                "address_family": record.network.get("address_family", "loopback"),
                 "reserved_mb": res.reserved_mb,
                 "external_mb": res.external_mb,
                 "used_mb": used,

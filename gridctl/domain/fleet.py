@@ -24,8 +24,8 @@ class HostResources:
     throttle_fraction: float = 1.0  # fraction offered for new placement while throttled
     runtimes: tuple[str, ...] = ("llama.cpp",)
     backends: tuple[str, ...] = ()
-    gpu_count: int = 0
-    gpu_memory_mb: int = 0
+    gpu_count: int | None = 0  # None = the host cannot tell (no NVML), never a guessed 0
+    gpu_memory_mb: int | None = 0
     failure_domain: str = "default"
     tags: tuple[str, ...] = ()
     allowed_models: tuple[str, ...] = ()  # empty = any

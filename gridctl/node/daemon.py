@@ -37,6 +37,7 @@ from gridctl.node.agent import NodeAgent
 from gridctl.node.artifacts import ArtifactCache
 from gridctl.node.enginekey import ensure_engine_key
 from gridctl.node.executor import CommandExecutor
+from gridctl.node.gpus import probe_gpus
 from gridctl.node.intake import CommandIntake
 from gridctl.node.joining import NodeIdentity
 from gridctl.node.mirroring import PeerMirror
@@ -99,6 +100,8 @@ class NodeConfig:
             tags=self.tags,
             external_mb=self.external_mb,
             throttle_fraction=self.policy.throttle_fraction,
+            gpus=probe_gpus(),
+            advertise=self.advertise,
         )
 
 

@@ -17,7 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gridctl.domain.states import HostState, ResidencyState
+from gridctl.node.gpus import GpuFacts
 from gridctl.node.records import CachedArtifact, Receipt, ResidencyRecord, Transfer
+from gridctl.transport import address_family
 
 SCHEMA_VERSION = 1
 CAPABILITIES = ["load", "warm", "drain", "unload", "evict"]
@@ -37,6 +39,8 @@ class HostFacts:
     backends: tuple[str, ...] = ("cpu",)
     external_mb: int | None = None  # None = measure it
     throttle_fraction: float = 1.0  # capacity offered to new placement while throttled
+    gpus: GpuFacts | None = None  # None = unknown (no NVML), reported as null, never 0
+    advertise: str | None = None  # the address engines are reached on (joined nodes)
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,8 @@ def resources(facts: HostFacts, sample: ResourceSample) -> dict[str, object]:
         "disk_free_mb": sample.disk_free_mb,
         "disk_total_mb": sample.disk_total_mb,
         "throttle_fraction": facts.throttle_fraction,
+        "gpu_count": facts.gpus.count if facts.gpus else None,
+        "gpu_memory_mb": facts.gpus.memory_mb if facts.gpus else None,
     }
 
 
@@ -189,13 +195,19 @@ def ready_models(records: Sequence[ResidencyRecord]) -> list[str]:
 def registration(
     facts: HostFacts, sample: ResourceSample, envelope: dict[str, object], models: list[str]
 ) -> dict[str, object]:
-    return {
+    body: dict[str, object] = {
         "role": "allocator",
         "host_id": facts.host_id,
         "models": models,
         "resources": resources(facts, sample),
         "allocator": envelope,
     }
+    if facts.advertise:
+        body["network"] = {
+            "advertise": facts.advertise,
+            "address_family": address_family(facts.advertise),
+        }
+    return body
 
 
 def heartbeat(

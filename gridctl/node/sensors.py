@@ -23,6 +23,7 @@ from typing import Any
 
 import psutil
 
+from gridctl.node.gpus import probe_gpus
 from gridctl.node.protection import Readings
 
 OVERRIDES_ENV = "GRIDCTL_SENSOR_OVERRIDES"
@@ -112,7 +113,7 @@ def read_sensors(
         cpu_percent=cpu if cpu > 0 else None,
         memory_percent=float(memory.percent),
         load_per_cpu=_load_per_cpu(),
-        gpu_memory_percent=None,  # no portable reader yet: unknown, never zero
+        gpu_memory_percent=gpus.used_percent if (gpus := probe_gpus()) else None,  # unknown != 0
         controller_silent_seconds=controller_silent_seconds,
         disk_free_mb=_disk_free_mb(artifact_root),
     )

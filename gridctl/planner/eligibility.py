@@ -80,14 +80,18 @@ def pins(profile: ModelProfile, view: HostView) -> Rejection | None:
 
 def gpu_count(profile: ModelProfile, view: HostView) -> Rejection | None:
     have = view.host.resources.gpu_count
-    if profile.min_gpu_count > 0 and have < profile.min_gpu_count:
+    if profile.min_gpu_count > 0 and have is None:
+        return Rejection(RejectionCode.GPU_COUNT, "GPU count unknown on this host")
+    if profile.min_gpu_count > 0 and have is not None and have < profile.min_gpu_count:
         return Rejection(RejectionCode.GPU_COUNT, f"{have} GPUs < {profile.min_gpu_count}")
     return None
 
 
 def gpu_memory(profile: ModelProfile, view: HostView) -> Rejection | None:
     have = view.host.resources.gpu_memory_mb
-    if profile.min_gpu_memory_mb > 0 and have < profile.min_gpu_memory_mb:
+    if profile.min_gpu_memory_mb > 0 and have is None:
+        return Rejection(RejectionCode.GPU_MEMORY, "GPU memory unknown on this host")
+    if profile.min_gpu_memory_mb > 0 and have is not None and have < profile.min_gpu_memory_mb:
         return Rejection(
             RejectionCode.GPU_MEMORY, f"{have} MB per GPU < {profile.min_gpu_memory_mb}"
         )

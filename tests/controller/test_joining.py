@@ -279,6 +279,13 @@ async def test_router_keys_when_required(tmp_path: Path) -> None:
         while not seen and time.monotonic() < deadline:
             await anyio.sleep(0.01)
         assert [o.client for o in seen] == [key_id]  # the key's id, never the key
+        metrics = (await client.get("/metrics")).text
+        deadline = time.monotonic() + 10
+        line = f'gridctl_router_client_requests_total{{key_id="{key_id}",outcome="rejected"}} 1.0'
+        while line not in metrics and time.monotonic() < deadline:
+            await anyio.sleep(0.02)
+            metrics = (await client.get("/metrics")).text
+        assert line in metrics and key not in metrics
         service.identity.membership.revoke_router_key("team-a", now=2.0)
         revoked = await client.get("/v1/models", headers={"Authorization": f"Bearer {key}"})
         assert revoked.status_code == 401

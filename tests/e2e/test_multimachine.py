@@ -360,3 +360,110 @@ def test_two_hosts_join_serve_over_tls_scale_renew_rotate_and_revoke(world: Worl
         deadline=30,
     )
     assert "401" in str(world.node_status("b")["agent"]["last_error"])
+
+
+def test_an_ipv6_fleet_joins_through_the_operator_api(netfleet: NetFleet, tmp_path: Path) -> None:
+    """IPv6 end to end, with the join token made through a running controller's operator API."""
+    ctl, host = netfleet.add_host("ctl"), netfleet.add_host("c")
+    state = tmp_path / "controller"
+    url = ctl.url(PORT, scheme="https", ipv6=True)
+    controller = ctl.popen(
+        [*GRIDCTL, "controller", "--state", str(state), "--listen", f"[{ctl.ip6}]:{PORT}"],
+        stdout=gridctl_log(tmp_path / "controller.log"),
+        stderr=subprocess.STDOUT,
+    )
+    ca = state / "pki" / "trust.pem"
+    wait_for("the fleet CA", ca.is_file, deadline=60)
+    wait_http(ctl, f"{url}/healthz", verify=str(ca), watch=controller)
+    bundle = tmp_path / "join.json"
+    made = ctl.run(
+        [
+            *GRIDCTL,
+            "join-token",
+            "create",
+            "--controller",
+            url,
+            "--out",
+            str(bundle),
+            "--token-file",
+            str(state / "operator.token"),
+            "--ca-file",
+            str(ca),
+        ],
+        timeout=60,
+    )
+    assert made.returncode == 0, made.stderr
+    node = host.popen(
+        [
+            *GRIDCTL,
+            "node",
+            "start",
+            "--join",
+            str(bundle),
+            "--advertise",
+            host.ip6,
+            "--state-dir",
+            str(tmp_path / "node"),
+            "--capacity-mb",
+            "1000",
+            "--external-mb",
+            "0",
+            "--heartbeat-seconds",
+            "1",
+            "--foreground",
+        ],
+        stdout=gridctl_log(tmp_path / "node.log"),
+        stderr=subprocess.STDOUT,
+    )
+
+    def registered() -> dict[str, Any] | None:
+        done = ctl.run(
+            [*GRIDCTL, "status", "--controller", url, "--ca-file", str(ca), "--json"], timeout=60
+        )
+        if done.returncode != 0:
+            return None
+        hosts = json.loads(done.stdout)["hosts"]
+        return hosts[0] if hosts else None
+
+    row = wait_for("the IPv6 host registered", registered, deadline=90)
+    assert row["advertise"] == host.ip6 and row["address_family"] == "ipv6"
+    assert row["gpu_count"] is None  # no NVML here: unknown, not 0
+    # the same bundle cannot be used twice
+    again = host.run(
+        [
+            *GRIDCTL,
+            "node",
+            "start",
+            "--join",
+            str(bundle),
+            "--advertise",
+            host.ip6,
+            "--state-dir",
+            str(tmp_path / "other"),
+            "--foreground",
+        ],
+        timeout=60,
+    )
+    assert again.returncode == 1
+    assert "join refused: HTTP 401: join refused: bootstrap secret already used" in again.stderr
+    # plain HTTP toward a controller off loopback is refused before anything is sent
+    plain = host.run(
+        [
+            *GRIDCTL,
+            "node",
+            "start",
+            "--controller",
+            f"http://[{ctl.ip6}]:{PORT}",
+            "--token-file",
+            str(tmp_path / "node" / "identity" / "node.token"),
+            "--host-id",
+            "intruder",
+            "--state-dir",
+            str(tmp_path / "plain"),
+            "--foreground",
+        ],
+        timeout=60,
+    )
+    assert plain.returncode == 1
+    assert f"refusing to send node credentials over plain HTTP to {ctl.ip6}" in plain.stderr
+    assert node.poll() is None and controller.poll() is None
