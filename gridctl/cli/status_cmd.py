@@ -132,7 +132,7 @@ def render_status(doc: dict[str, Any]) -> str:
             percent = "?" if t.get("percent") is None else f"{t['percent']:.1f}"
             lines.append(
                 f"  fetching {t.get('model_id')}: {percent}% of "
-                f"{(t.get('bytes_total') or 0) // (1024 * 1024)} MB from {t.get('source')}"
+                f"{(t.get('bytes_total') or 0) / (1024 * 1024):.1f} MB from {t.get('source')}"
             )
     lines.append("")
     lines.append(f"{'MODEL':<24} {'SYNC':<10} {'HEALTH':<12} {'READY':>5} {'WANT':>5}  REASON")
