@@ -14,6 +14,7 @@ import fcntl
 import hashlib
 import os
 import shutil
+import ssl
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -94,7 +95,7 @@ class ObjectDir:
         progress: ProgressFn | None = None,
         on_source: Callable[[str], None] | None = None,
         retry: RetryPolicy = DEFAULT_RETRY,
-        verify: str | bool = True,
+        verify: ssl.SSLContext | bool = True,
     ) -> tuple[Path, FetchResult]:
         """Stream, verify and publish (call inside :meth:`staging_lock`)."""
         timeout = httpx.Timeout(READ_TIMEOUT_SECONDS, connect=10.0)

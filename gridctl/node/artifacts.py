@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import ssl
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -217,7 +218,10 @@ class ArtifactCache:
                 if current is not None:
                     self._transfers[sha256] = replace(current, source=source)
 
-        verify: str | bool = str(self.peer_ca_file) if self.peer_ca_file else True
+        verify: ssl.SSLContext | bool = True
+        if self.peer_ca_file is not None:  # the system roots (an origin) plus the fleet CA
+            verify = ssl.create_default_context()
+            verify.load_verify_locations(cafile=str(self.peer_ca_file))
         try:
             published, _ = self.dir.fetch(
                 sha256,

@@ -15,6 +15,7 @@ directory.
 from __future__ import annotations
 
 import fcntl
+import ipaddress
 import json
 import logging
 import os
@@ -151,7 +152,8 @@ def build_node(
         config.artifact_dir or config.state_dir / ARTIFACTS,
         store,
         shared=config.artifact_dir is not None,
-        peer_ca_file=config.artifact_peer_ca,
+        peer_ca_file=config.artifact_peer_ca
+        or (identity.ca_file if identity.ca_file.is_file() else None),
     )
     actuator = HostActuator(
         store=store,
@@ -299,10 +301,27 @@ def run_daemon(config: NodeConfig, *, instance_id: str) -> int:
 def start_mirror(config: NodeConfig, parts: NodeParts) -> PeerMirror:
     """Serve the cache's verified objects to peers; the agent then advertises the URL."""
     assert config.artifact_listen is not None
-    mirror = PeerMirror(parts.actuator.cache.objects, config.artifact_listen)
+    identity = NodeIdentity(config.state_dir)
+    host = config.artifact_listen.rpartition(":")[0].strip("[]")
+    # Off loopback the mirror speaks TLS with the node's fleet identity; peers verify it
+    # with the fleet CA.
+    tls = not _loopback(host) and identity.cert_file.is_file() and identity.key_file.is_file()
+    mirror = PeerMirror(
+        parts.actuator.cache.objects,
+        config.artifact_listen,
+        cert_file=identity.cert_file if tls else None,
+        key_file=identity.key_file if tls else None,
+    )
     parts.agent.artifact_mirror = mirror.start()
     log.info("artifact mirror at %s", parts.agent.artifact_mirror)
     return mirror
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return host in ("", "localhost") or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def shutdown(parts: NodeParts, config: NodeConfig) -> None:
