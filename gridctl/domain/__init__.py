@@ -9,6 +9,7 @@ from gridctl.domain.fleet import (
     HostResources,
     HostSnapshot,
     HostSpec,
+    LearnedOnHost,
     ModelDemand,
     Residency,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "HostSpec",
     "HostState",
     "LazyRows",
+    "LearnedOnHost",
     "Mode",
     "ModelDemand",
     "ModelExplanation",

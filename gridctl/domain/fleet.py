@@ -79,6 +79,24 @@ class CachedArtifact:
 
 
 @dataclass(frozen=True)
+class LearnedOnHost:
+    """What the controller learned about one model on one host, for its current artifact.
+
+    ``load_seconds``/``warm_seconds`` are the learned cold-fetch and warm estimates
+    (already blended with the profile's priors until authoritative); the speed is
+    measured for this model only and weighted by its confidence (0..1). ``None``
+    means nothing learned: placement keeps the prior.
+    """
+
+    model_id: str
+    load_seconds: float | None = None
+    warm_seconds: float | None = None
+    tokens_per_second: float | None = None
+    speed_confidence: float = 0.0
+    latency_ms: float | None = None
+
+
+@dataclass(frozen=True)
 class HostSnapshot:
     """The controller's latest view of one host."""
 
@@ -91,6 +109,7 @@ class HostSnapshot:
     failed_attempts: tuple[tuple[str, int], ...] = ()  # (model_id, persisted failures)
     kind: str = "managed"
     capabilities: tuple[str, ...] = ()  # actuator verbs the node advertised (load, evict, ...)
+    learned: tuple[LearnedOnHost, ...] = ()  # per model, from timings and measured speed
 
 
 @dataclass(frozen=True)

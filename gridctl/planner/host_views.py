@@ -16,6 +16,7 @@ from gridctl.domain import (
     ControllerPolicy,
     HostSnapshot,
     HostState,
+    LearnedOnHost,
     ModelProfile,
     Ownership,
     Residency,
@@ -73,6 +74,7 @@ class HostView:
     failures: Mapping[str, int]
     active_requests: int
     by_model: Mapping[str, tuple[LiveResidency, ...]]
+    learned: Mapping[str, LearnedOnHost]  # per model: learned timings and speed
     shape: tuple[object, ...]  # every fact static eligibility reads, except the host id
     score_shape: tuple[object, ...]  # every host fact static scoring reads
 
@@ -174,6 +176,7 @@ def build_host_view(
         failures=dict(host.failed_attempts),
         active_requests=sum(r.active_requests for r in host.residencies),
         by_model=by_model,
+        learned={row.model_id: row for row in host.learned},
         shape=(
             tuple(sorted(res.runtimes)),
             tuple(sorted(res.backends)),

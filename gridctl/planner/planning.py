@@ -24,6 +24,7 @@ from gridctl.planner.canonical import InputTexts, input_digest
 from gridctl.planner.explaining import StaticRows
 from gridctl.planner.rounds import place_pins, place_rounds
 from gridctl.planner.seeding import seed_incumbents
+from gridctl.planner.startup_paths import start_seconds
 from gridctl.planner.targets import FleetFacts, replica_target
 from gridctl.planner.workspace import Workspace
 
@@ -69,21 +70,21 @@ def fleet_facts(ws: Workspace, model_id: str) -> FleetFacts:
             if stamps and max(stamps) >= horizon:
                 recent += 1
     # the fastest start among eligible hosts without an incumbent: warm only where
-    # the exact artifact is cached, load plus warm elsewhere
-    open_hosts = len(eligible) - len(incumbents)
-    cached = sum(
-        1
-        for h in ws.cached_hosts[model_id]
-        if h in eligible and h not in incumbents and ws.views[h].has_exact_artifact(profile)
-    )
+    # the exact artifact is cached, load plus warm elsewhere, each with what was
+    # learned on that host (hosts with nothing learned or cached share the prior)
     starts: list[float] = []
-    if cached:
-        starts.append(profile.warm_seconds)
-    if open_hosts > cached:
-        starts.append(profile.warm_seconds + profile.load_seconds)
+    plain = 0
+    for h in ws.special_hosts(model_id):
+        if h in eligible and h not in incumbents:
+            view = ws.views[h]
+            learned = view.learned.get(model_id)
+            starts.append(start_seconds(profile, learned, view.has_exact_artifact(profile)))
+            plain += 1
+    if len(eligible) - len(incumbents) > plain:
+        starts.append(start_seconds(profile, None, False))
     fastest: float | None = min(starts) if starts else None
     if fastest is None and eligible:
-        fastest = profile.warm_seconds + profile.load_seconds
+        fastest = start_seconds(profile, None, False)
     return FleetFacts(ready=ready, recent_ready=recent, startup_seconds=fastest)
 
 

@@ -40,6 +40,7 @@ from gridctl.domain import (
 )
 from gridctl.planner.portfolio_types import CandidateRow, Gate, PortfolioInputs, PreemptionPath
 from gridctl.planner.rejections import Rejection, RejectionCode
+from gridctl.planner.startup_paths import learned_on, start_seconds
 
 Planner = Callable[[FleetSnapshot], Plan]
 SUITABILITY_POINTS = 100.0
@@ -430,13 +431,18 @@ class FeasibilityScan:
     def startup_seconds(self, profile: ModelProfile) -> float | None:
         if self._resident(profile.name):
             return 0.0
-        cached = any(
-            c.model_id == profile.name
-            and (profile.artifact.sha256 is None or c.artifact_sha256 == profile.artifact.sha256)
-            for host in self.inputs.snapshot.hosts
-            for c in host.cached
-        )
-        return profile.warm_seconds + (0.0 if cached else profile.load_seconds)
+        # the fastest learned start path on any host (priors where nothing was learned)
+        sha = profile.artifact.sha256
+        paths = [start_seconds(profile, None, False)]
+        for host in self.inputs.snapshot.hosts:
+            cached = any(
+                c.model_id == profile.name and (sha is None or c.artifact_sha256 == sha)
+                for c in host.cached
+            )
+            learned = learned_on(host, profile.name)
+            if cached or learned is not None:
+                paths.append(start_seconds(profile, learned, cached))
+        return min(paths)
 
     def candidate(
         self,

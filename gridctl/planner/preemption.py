@@ -5,7 +5,7 @@ or direct demand (correlation-only demand never preempts). On each candidate
 host the victims are managed, unpinned, live residencies of strictly lower
 priority that are not protected by their minimum residency and not already
 staged for someone else; external and manual work is never a victim. Victims
-are taken failed/draining/idle first, then by the lowest warm-back cost, until
+are taken failed/draining/idle first, then by the lowest learned warm-back cost, until
 the beneficiary would fit every rule once they are gone. Across hosts the
 lowest-priority sufficient set wins, then one that supplies a failure domain
 the model still needs, then the least disruption (busy victims, warm-back
@@ -25,6 +25,7 @@ from gridctl.domain import Preemption, ResidencyState, UnsatisfiedCode
 from gridctl.planner.host_views import LiveResidency
 from gridctl.planner.rejections import Rejection
 from gridctl.planner.selection import Candidate, candidate_for, disk_admission
+from gridctl.planner.startup_paths import start_seconds
 from gridctl.planner.workspace import Workspace
 
 _CHEAP_STATES = frozenset(
@@ -49,8 +50,20 @@ def protected(ws: Workspace, row: LiveResidency) -> bool:
 
 
 def warm_back_seconds(ws: Workspace, row: LiveResidency) -> float:
+    """Seconds to restore a displaced model: its fastest eligible learned load-plus-warm
+    path (the configured estimates on hosts where nothing was learned)."""
     profile = ws.profiles.get(row.model_id)
-    return 0.0 if profile is None else profile.load_seconds + profile.warm_seconds
+    if profile is None:
+        return 0.0
+    found = ws.warm_back.get(profile.name)
+    if found is None:
+        paths = [start_seconds(profile, None, False)]
+        for host_id in ws.special_hosts(profile.name):
+            learned = ws.views[host_id].learned.get(profile.name)
+            if learned is not None and host_id in ws.eligible_set[profile.name]:
+                paths.append(start_seconds(profile, learned, False))
+        found = ws.warm_back[profile.name] = min(paths)
+    return found
 
 
 def busy(row: LiveResidency) -> bool:

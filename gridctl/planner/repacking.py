@@ -87,6 +87,7 @@ from gridctl.planner.selection import (
     failure_domain,
     uncommit,
 )
+from gridctl.planner.startup_paths import start_seconds, warm_seconds
 from gridctl.planner.workspace import Workspace
 
 REPACK_MATERIAL_GAIN = 25.0  # score points a free host must lose to be "materially worse"
@@ -405,15 +406,14 @@ def _startup_seconds(ws: Workspace, candidate: Candidate) -> float:
         return _new_startup_seconds(ws, candidate.profile.name, candidate.view.host_id)
     if incumbent.residency.state is ResidencyState.READY:
         return 0.0
-    return candidate.profile.warm_seconds
+    # already warming: it does not pay the artifact-load phase again
+    return warm_seconds(candidate.profile, candidate.view.learned.get(candidate.profile.name))
 
 
 def _new_startup_seconds(ws: Workspace, model_id: str, host_id: str) -> float:
     profile = ws.profiles[model_id]
-    startup = profile.warm_seconds
-    if not ws.views[host_id].has_exact_artifact(profile):
-        startup += profile.load_seconds
-    return startup
+    view = ws.views[host_id]
+    return start_seconds(profile, view.learned.get(model_id), view.has_exact_artifact(profile))
 
 
 def _as_new_parts(ws: Workspace, model_id: str, host_id: str) -> Components:

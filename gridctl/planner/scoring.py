@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from gridctl.domain import ControllerPolicy, ModelProfile, ResidencyState
 from gridctl.planner.host_views import HostView, LiveResidency
+from gridctl.planner.startup_paths import start_seconds
 
 EXISTING_READY = 100.0
 EXISTING_STARTING = 80.0
@@ -53,6 +54,8 @@ class FleetNorms:
     tokens_per_second: float
     bandwidth_gbps: float
     compute_gflops: float
+    # per model: the fastest speed measured for that model anywhere (never another's)
+    model_tokens_per_second: Mapping[str, float]
 
     @classmethod
     def of(cls, views: Sequence[HostView]) -> FleetNorms:
@@ -61,11 +64,20 @@ class FleetNorms:
             return max(present) if present else 0.0
 
         res = [v.host.resources for v in views]
+        per_model: dict[str, float] = {}
+        for view in views:
+            for model_id, row in view.learned.items():
+                if row.tokens_per_second is not None and row.tokens_per_second > 0:
+                    per_model[model_id] = max(per_model.get(model_id, 0.0), row.tokens_per_second)
         return cls(
             tokens_per_second=top([r.measured_tokens_per_second for r in res]),
             bandwidth_gbps=top([r.memory_bandwidth_gbps for r in res]),
             compute_gflops=top([r.compute_gflops for r in res]),
+            model_tokens_per_second=per_model,
         )
+
+    def model_norm(self, model_id: str) -> float:
+        return self.model_tokens_per_second.get(model_id, 0.0)
 
 
 class ScarcityIndex:
@@ -127,32 +139,24 @@ def static_components(
     """The parts of the score that do not change while the plan fills the fleet."""
     parts: list[tuple[str, float]] = []
     res = view.host.resources
+    learned = view.learned.get(profile.name)
     if incumbent is not None:
         ready = incumbent.residency.state is ResidencyState.READY
         parts.append(("existing_residency", EXISTING_READY if ready else EXISTING_STARTING))
     elif view.has_exact_artifact(profile):
         parts.append(("cached_weights", CACHED_WEIGHTS))
-    if res.measured_tokens_per_second and norms.tokens_per_second:
-        share = res.measured_tokens_per_second / norms.tokens_per_second
-        parts.append(("measured_throughput", THROUGHPUT * share * factor))
-    else:
-        prior = 0.0
-        if res.memory_bandwidth_gbps and norms.bandwidth_gbps:
-            prior += 0.5 * res.memory_bandwidth_gbps / norms.bandwidth_gbps
-        if res.compute_gflops and norms.compute_gflops:
-            prior += 0.5 * res.compute_gflops / norms.compute_gflops
-        if prior:
-            parts.append(("hardware_prior", HARDWARE * prior * factor))
+    parts.extend(_speed_parts(profile.name, view, norms, factor))
     if view.active_requests:
         parts.append(("host_load", -min(LOAD_MAX, 2.0 * view.active_requests)))
-    if res.measured_latency_ms:
-        parts.append(("latency", -min(LATENCY_MAX, res.measured_latency_ms / 200.0)))
+    latency_ms = res.measured_latency_ms
+    if learned is not None and learned.latency_ms is not None:
+        latency_ms = learned.latency_ms  # this model's own latency on this host
+    if latency_ms:
+        parts.append(("latency", -min(LATENCY_MAX, latency_ms / 200.0)))
     if res.host_priority:
         parts.append(("host_priority", -HOST_PRIORITY_MAX * res.host_priority / 1000.0))
     if incumbent is None:
-        startup = profile.warm_seconds
-        if not view.has_exact_artifact(profile):
-            startup += profile.load_seconds
+        startup = start_seconds(profile, learned, view.has_exact_artifact(profile))
         parts.append(("cold_start", -cold_start_points(startup)))
     if view.throttled:
         parts.append(("throttled", -THROTTLED))
@@ -163,6 +167,43 @@ def static_components(
     if scarcity_need and incumbent is None:
         parts.append(("scarcity", -SCARCITY * scarcity_need))
     return tuple((name, _r(value)) for name, value in parts)
+
+
+def _hardware_share(view: HostView, norms: FleetNorms) -> float:
+    res = view.host.resources
+    prior = 0.0
+    if res.memory_bandwidth_gbps and norms.bandwidth_gbps:
+        prior += 0.5 * res.memory_bandwidth_gbps / norms.bandwidth_gbps
+    if res.compute_gflops and norms.compute_gflops:
+        prior += 0.5 * res.compute_gflops / norms.compute_gflops
+    return prior
+
+
+def _speed_parts(model_id: str, view: HostView, norms: FleetNorms, factor: float) -> Components:
+    """Speed measured for this model on this host, weighted by its confidence, with the
+    host's declared measurement or hardware prior covering the rest; another model's
+    measurements never enter."""
+    parts: list[tuple[str, float]] = []
+    learned = view.learned.get(model_id)
+    confidence = 0.0
+    norm = norms.model_norm(model_id)
+    if learned is not None and learned.tokens_per_second and norm:
+        confidence = min(1.0, max(0.0, learned.speed_confidence))
+    if confidence > 0 and learned is not None and learned.tokens_per_second:
+        share = learned.tokens_per_second / norm
+        parts.append(("model_throughput", THROUGHPUT * share * factor * confidence))
+        if confidence >= 1.0:
+            return tuple(parts)
+    rest = 1.0 - confidence
+    res = view.host.resources
+    if res.measured_tokens_per_second and norms.tokens_per_second:
+        share = res.measured_tokens_per_second / norms.tokens_per_second
+        parts.append(("measured_throughput", THROUGHPUT * share * factor * rest))
+    else:
+        prior = _hardware_share(view, norms)
+        if prior:
+            parts.append(("hardware_prior", HARDWARE * prior * factor * rest))
+    return tuple(parts)
 
 
 def cold_start_points(startup_seconds: float) -> float:

@@ -99,6 +99,9 @@ class Workspace:
             for model_id in view.failures:
                 if model_id in self.profiles:
                     self._special[model_id].add(host_id)
+            for model_id in view.learned:
+                if model_id in self.profiles:  # learned timings or speed of this model
+                    self._special[model_id].add(host_id)
             if view.admission is not None:
                 continue  # the host fence excludes it from placement evidence
             for model_id in view.by_model:
@@ -134,6 +137,7 @@ class Workspace:
         self.by_class = by_class  # search equivalent hosts as one class (False: host by host)
         self.classes: HostClasses | None = None  # built by the first class search
         self._resident: dict[str, list[str]] | None = None
+        self.warm_back: dict[str, float] = {}  # model -> fastest learned restore path
 
     def build_scarcity(self) -> None:
         """Index which hosts constrained, demanded models need (after the targets are set)."""
@@ -201,9 +205,12 @@ class Workspace:
                 view.has_exact_artifact(profile),
                 view.failures.get(model_id, 0),
                 need,
+                view.learned.get(model_id),
+                self.norms.model_norm(model_id) if model_id in view.learned else 0.0,
+                model_id if model_id in view.learned else "",
             )
         else:
-            shape = (signature, self._score_id[host_id], None, False, 0, need)
+            shape = (signature, self._score_id[host_id], None, False, 0, need, None, 0.0, "")
         found = self._static_by_shape.get(shape)
         if found is None:
             parts = static_components(
@@ -224,7 +231,7 @@ class Workspace:
         return self._score_id[host_id]
 
     def special_hosts(self, model_id: str) -> set[str]:
-        """Hosts with an incumbent, cached weights or failures of the model."""
+        """Hosts with an incumbent, cached weights, failures or learned facts of the model."""
         return self._special[model_id]
 
     def resident_hosts(self, model_id: str) -> list[str]:

@@ -23,6 +23,7 @@ from gridctl.domain import (
     HostResources,
     HostSnapshot,
     HostState,
+    LearnedOnHost,
     ModelDemand,
     ModelProfile,
     Ownership,
@@ -102,6 +103,24 @@ def random_host(
             CachedArtifact(str(m), rng.choice((None, SHA_A))) for m in _some(rng, models, 2)
         ),
         failed_attempts=tuple((str(m), 2) for m in _some(rng, models, 1)),
+        learned=random_learned(rng, models),
+    )
+
+
+def random_learned(rng: random.Random, models: tuple[str, ...]) -> tuple[LearnedOnHost, ...]:
+    """Learned timings and per-model speed for some of the models (often none)."""
+    if rng.random() < 0.5:
+        return ()
+    return tuple(
+        LearnedOnHost(
+            str(m),
+            load_seconds=rng.choice((None, 5.0, 400.0)),
+            warm_seconds=rng.choice((None, 1.0, 60.0)),
+            tokens_per_second=rng.choice((None, 20.0, 200.0)),
+            speed_confidence=rng.choice((0.25, 1.0)),
+            latency_ms=rng.choice((None, 300.0)),
+        )
+        for m in _some(rng, models, 2)
     )
 
 

@@ -46,6 +46,7 @@ def _clone(rng: random.Random, template: HostSnapshot, index: int) -> HostSnapsh
         residencies=residencies,
         cached=cached,
         failed_attempts=template.failed_attempts if rng.random() < 0.1 else (),
+        learned=template.learned if rng.random() < 0.2 else (),
     )
 
 
