@@ -71,6 +71,34 @@ except httpx.HTTPError as exc:
     result = {"error": type(exc).__name__}
 """
 
+TRAFFIC = """
+import json, ssl, sys, time
+from pathlib import Path
+import httpx
+args = json.loads(sys.stdin.read())
+ctx = ssl.create_default_context(cafile=args["ca"])
+done, failed, errors = 0, 0, []
+end = time.monotonic() + args["seconds"]
+with httpx.Client(verify=ctx, timeout=60) as client:
+    while done < args["max_requests"] and time.monotonic() < end:
+        if Path(args["stop"]).exists():
+            break
+        try:
+            r = client.post(args["base"] + "/chat/completions",
+                            headers={"Authorization": "Bearer " + args["key"]},
+                            json={"model": args["model"], "max_tokens": 4,
+                                  "messages": [{"role": "user", "content": "Hello"}]})
+            ok = r.status_code == 200
+            if not ok:
+                errors.append(r.status_code)
+        except httpx.HTTPError as exc:
+            ok = False
+            errors.append(type(exc).__name__)
+        done += 1
+        failed += 0 if ok else 1
+Path(args["out"]).write_text(json.dumps({"done": done, "failed": failed, "errors": errors[:20]}))
+"""
+
 ISSUER = """
 import ssl, socket
 from cryptography import x509
@@ -321,6 +349,24 @@ def test_two_hosts_join_serve_over_tls_scale_renew_rotate_and_revoke(world: Worl
 
     # --- a CA rotation: the controller serves from the new CA, nodes renew onto it,
     #     requests keep being served throughout
+    stop, out = world.tmp / "traffic.stop", world.tmp / "traffic.json"
+    traffic = world.ctl.popen([sys.executable, "-c", TRAFFIC], stdin=subprocess.PIPE)
+    assert traffic.stdin is not None
+    traffic.stdin.write(
+        json.dumps(
+            {
+                "ca": world.ca,
+                "base": world.url + "/v1",
+                "key": world.router_key,
+                "model": GEMMA,
+                "stop": str(stop),
+                "out": str(out),
+                "seconds": 240,
+                "max_requests": 400,
+            }
+        ).encode()
+    )
+    traffic.stdin.close()
     world.cli("ca", "rotate", "--state", str(world.state), "--overlap", "1h")
     new_ca = json.loads(world.cli("ca", "show", "--state", str(world.state), "--json"))
     wait_for(
@@ -337,6 +383,11 @@ def test_two_hosts_join_serve_over_tls_scale_renew_rotate_and_revoke(world: Worl
         )
     assert world.chat()["text"].strip()
     assert len(world.ready_on()) == 2
+    stop.touch()
+    assert traffic.wait(timeout=120) == 0
+    served = json.loads(out.read_text())
+    print(f"requests through the CA rotation: {served['done']} sent, {served['failed']} failed")
+    assert served["done"] >= 5 and served["failed"] == 0, served  # served through the rotation
 
     # --- no secret in any process's argv or environment, in a log, or in status
     hidden = secrets_of(world)
