@@ -124,6 +124,11 @@ class ControllerApp:
         claims = require_node(request, host_id, self.verify_node)
         payload = await read_json(request)
         check_engine_endpoints(payload, claims)
+        existing = self.ctl.registry.host(host_id)
+        if existing is not None and existing.role == "external":
+            return error(
+                409, f"{host_id!r} is an external engine's name; this host needs another id"
+            )
         self.ctl.register(host_id, payload)
         return JSONResponse(self._node_answer(self.ctl.heartbeat_response(host_id, [])))
 

@@ -346,6 +346,9 @@ async def test_external_engines_survive_a_restart_and_cannot_take_a_managed_name
             json={"endpoint": "https://vendor.example:8443", "model_id": "v", "kind": "openai"},
         )
         assert ok.status_code == 200
+        intruder = sim_node(service, client, "vendor")
+        taken = await intruder.register()
+        assert taken.status_code == 409 and "external engine's name" in taken.text
     service.store.close()
     again = ControllerService(service.options)
     restored = again.registry.host("vendor")
