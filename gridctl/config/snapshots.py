@@ -18,6 +18,7 @@ from gridctl.domain import (
     FleetSnapshot,
     HostSnapshot,
     HostState,
+    LearnedOnHost,
     ModelDemand,
     Ownership,
     Residency,
@@ -100,7 +101,27 @@ def host_from_json(host: dict[str, Any], now: float) -> HostSnapshot:
         cached=resolving.cached_from_list(allocator.get("cached_models")),
         failed_attempts=tuple(sorted((str(k), int(v)) for k, v in failed.items())),
         kind=str(host.get("kind", "managed")),
+        learned=tuple(
+            sorted(
+                (
+                    LearnedOnHost(
+                        model_id=str(row["model_id"]),
+                        load_seconds=_optional_float(row.get("load_seconds")),
+                        warm_seconds=_optional_float(row.get("warm_seconds")),
+                        tokens_per_second=_optional_float(row.get("tokens_per_second")),
+                        speed_confidence=float(row.get("speed_confidence") or 0.0),
+                        latency_ms=_optional_float(row.get("latency_ms")),
+                    )
+                    for row in host.get("learned") or []
+                ),
+                key=lambda r: r.model_id,
+            )
+        ),
     )
+
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def demand_from_json(row: dict[str, Any]) -> ModelDemand:

@@ -21,6 +21,7 @@ from typing import Any
 from gridctl.controller.authority import Grant
 from gridctl.controller.demandbook import DemandBook, portfolio_inputs, with_correlation
 from gridctl.controller.desired import DesiredProvider
+from gridctl.controller.learned import learned_rows, with_learned
 from gridctl.controller.registry import Registry
 from gridctl.controller.store import ControllerStore
 from gridctl.controller.stores import Lease
@@ -421,17 +422,19 @@ class Controller:
         with self._lock:
             previous = self._previous_profiles
             grace = self._grace
+        startup = self._startup_estimates(profiles, now, desired.policy)
+        learned = learned_rows(profiles, startup, self.registry.speed_evidence())
         return TickInputs(
             now=now,
             desired=desired,
-            observed=self.registry.snapshot(now, forecast),
+            observed=with_learned(self.registry.snapshot(now, forecast), learned),
             mode=mode,
             memory=replace(self.store.memory(), grace=grace),
             previous_profiles=previous,
             pending=self.store.pending(),
             history=self.store.history(limit=MAX_HISTORY),
             picture=picture,
-            startup=self._startup_estimates(profiles, now, desired.policy),
+            startup=startup,
             approved=self.approved_actions(desired, mode),
         )
 

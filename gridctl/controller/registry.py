@@ -15,7 +15,7 @@ corroborates it (``corroborate``); only corroborated routes are routable.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -171,7 +171,8 @@ class Registry:
         self.route_lease_seconds = route_lease_seconds
         # Private proxy measurements that override self-reported speed in snapshots:
         # host -> (latency ms, tokens/s); set by the router, never exposed in discovery.
-        self.measured: Callable[[], dict[str, tuple[float | None, float | None]]] | None = None
+        # per (host, model): the router's speed evidence (``Attribution.model_speeds``)
+        self.measured: Callable[[], Mapping[tuple[str, str], Any]] | None = None
 
     # -- intake ---------------------------------------------------------------
 
@@ -513,14 +514,12 @@ class Registry:
 
     def snapshot(self, now: float, demand: tuple[ModelDemand, ...] = ()) -> FleetSnapshot:
         """The frozen observation the planner and reconciler read."""
-        measured = self._measured_resources()
         with self._lock:
-            hosts = tuple(
-                self._host_snapshot(self._hosts[h], now, measured) for h in sorted(self._hosts)
-            )
+            hosts = tuple(self._host_snapshot(self._hosts[h], now) for h in sorted(self._hosts))
         return FleetSnapshot(now=now, hosts=hosts, demand=demand)
 
-    def _measured_resources(self) -> dict[str, tuple[float | None, float | None]]:
+    def speed_evidence(self) -> Mapping[tuple[str, str], Any]:
+        """The router's per-(host, model) speed evidence; advisory, never fails a tick."""
         if self.measured is None:
             return {}
         try:
@@ -528,12 +527,7 @@ class Registry:
         except Exception:  # measurements are advisory; never fail a snapshot
             return {}
 
-    def _host_snapshot(
-        self,
-        record: HostRecord,
-        now: float,
-        measured: dict[str, tuple[float | None, float | None]] | None = None,
-    ) -> HostSnapshot:
+    def _host_snapshot(self, record: HostRecord, now: float) -> HostSnapshot:
         residencies = []
         for residency in record.residencies:
             route = record.routes.get(residency.model_id)
@@ -554,15 +548,9 @@ class Registry:
             residencies.append(
                 replace(residency, state=state, active_requests=active, last_used_at=last_used)
             )
-        resources = record.resources
-        latency_ms, tokens_per_second = (measured or {}).get(record.host_id, (None, None))
-        if latency_ms is not None:
-            resources = replace(resources, measured_latency_ms=latency_ms)
-        if tokens_per_second is not None:
-            resources = replace(resources, measured_tokens_per_second=tokens_per_second)
         return HostSnapshot(
             host_id=record.host_id,
-            resources=resources,
+            resources=record.resources,
             state=record.state,
             last_heartbeat=record.last_heartbeat,
             residencies=tuple(residencies),

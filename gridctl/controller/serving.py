@@ -397,8 +397,8 @@ class ControllerService:
             lambda: (self.controller.current_desired() or DesiredState("", False)).catalog,
             lambda model: bool(self.registry.routable(model, self.options.clock())),
         )
-        # proxy measurements override self-reported speed in placement snapshots
-        self.registry.measured = router.attribution.host_aggregates
+        # proxy measurements: per-model speed evidence in placement snapshots
+        self.registry.measured = router.attribution.model_speeds
         routes = [guard_router_route(r, self._router_client) for r in router.routes()]
         if self.identity is not None:
             routes = self.identity.routes() + routes

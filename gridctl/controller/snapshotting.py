@@ -6,6 +6,7 @@ from typing import Any
 
 from gridctl.controller.control import Controller
 from gridctl.controller.demandbook import with_correlation
+from gridctl.controller.learned import learned_rows, with_learned
 from gridctl.domain import HostSnapshot, ModelDemand
 
 
@@ -63,6 +64,17 @@ def _host(h: HostSnapshot) -> dict[str, Any]:
             ],
         },
         "failed_attempts": dict(h.failed_attempts),
+        "learned": [
+            {
+                "model_id": row.model_id,
+                "load_seconds": row.load_seconds,
+                "warm_seconds": row.warm_seconds,
+                "tokens_per_second": row.tokens_per_second,
+                "speed_confidence": row.speed_confidence,
+                "latency_ms": row.latency_ms,
+            }
+            for row in h.learned
+        ],
     }
 
 
@@ -92,6 +104,10 @@ def snapshot_document(ctl: Controller) -> dict[str, Any]:
         ctl.demand.forecast(now, ctl.policy()), ctl.demand.picture(now), configured
     )
     snap = ctl.registry.snapshot(now, demand)
+    if desired is not None:  # what the tick attaches: learned timings and per-model speed
+        profiles = {p.name: p for p in desired.profiles}
+        startup = ctl._startup_estimates(profiles, now, desired.policy)
+        snap = with_learned(snap, learned_rows(profiles, startup, ctl.registry.speed_evidence()))
     return {
         "schema_version": 1,
         "now": now,

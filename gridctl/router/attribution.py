@@ -3,11 +3,14 @@
 Every successful response is attributed to (host, model) and bound to the
 residency's artifact sha256: a new revision resets that engine's estimator on
 its first success, and routing ignores evidence of a previous revision at once.
-Each EWMA averages its first eight samples equally and then moves with weight
-1/8; its *confidence* ramps to full over eight samples and decays against its
-own last-update timestamp, so a stream without token counts can refresh latency
-without making an old token rate look fresh. Expired evidence falls away
-entirely. Nothing here is exposed in discovery or status beyond aggregates.
+Each EWMA averages its first ``full_samples`` samples equally (the policy's
+``attribution_full_samples``, eight by default) and then moves with weight
+1/``full_samples``; its *confidence* ramps to full over as many samples and
+decays against its own last-update timestamp, so a stream without token counts
+can refresh latency without making an old token rate look fresh. Expired
+evidence falls away entirely. Placement reads ``model_speeds``: evidence per
+(host, model) with the artifact it was measured on, never mixed across models.
+Nothing here is exposed in discovery or status beyond aggregates.
 """
 
 from __future__ import annotations
@@ -28,21 +31,22 @@ class Ewma:
     value: float = 0.0
     samples: int = 0
     updated_at: float = 0.0
+    full_samples: int = RAMP_SAMPLES
 
     def add(self, sample: float, now: float) -> None:
         self.samples += 1
-        alpha = max(1.0 / self.samples, 1.0 / RAMP_SAMPLES)
+        alpha = max(1.0 / self.samples, 1.0 / self.full_samples)
         self.value = sample if self.samples == 1 else self.value + alpha * (sample - self.value)
         self.updated_at = now
 
     def confidence(self, now: float) -> float:
-        """0..1: ramp over eight samples times freshness; 0 once expired."""
+        """0..1: ramp over ``full_samples`` samples times freshness; 0 once expired."""
         if self.samples == 0:
             return 0.0
         age = max(0.0, now - self.updated_at)
         if age > EXPIRY_SECONDS:
             return 0.0
-        ramp = min(1.0, self.samples / RAMP_SAMPLES)
+        ramp = min(1.0, self.samples / self.full_samples)
         return float(ramp * 0.5 ** (age / HALF_LIFE_SECONDS))
 
 
@@ -66,13 +70,33 @@ class Estimate:
 NO_ESTIMATE = Estimate(None, 0.0, None, 0.0)
 
 
+@dataclass(frozen=True)
+class SpeedEvidence:
+    """One model's measured speed on one host, bound to the artifact it ran."""
+
+    artifact_sha256: str | None
+    tokens_per_second: float | None
+    throughput_confidence: float
+    latency_ms: float | None
+    samples: int
+
+
 class Attribution:
     """Bounded per-engine measurements; thread-safe."""
 
-    def __init__(self, clock: Callable[[], float]) -> None:
+    def __init__(self, clock: Callable[[], float], full_samples: int = RAMP_SAMPLES) -> None:
         self._clock = clock
         self._lock = threading.Lock()
         self._engines: dict[tuple[str, str], EngineMeasurements] = {}
+        self.full_samples = full_samples  # the policy's ``attribution_full_samples``
+
+    def configure(self, full_samples: int) -> None:
+        """Follow the policy's confidence ramp; existing estimators keep their samples."""
+        full = max(1, int(full_samples))
+        with self._lock:
+            self.full_samples = full
+            for engine in self._engines.values():
+                engine.latency.full_samples = engine.throughput.full_samples = full
 
     def record(
         self,
@@ -91,7 +115,11 @@ class Attribution:
             if engine is None or engine.artifact_sha256 != artifact_sha256:
                 if engine is None and len(self._engines) >= MAX_ENGINES:
                     self._evict_oldest()
-                engine = self._engines[key] = EngineMeasurements(artifact_sha256)
+                engine = self._engines[key] = EngineMeasurements(
+                    artifact_sha256,
+                    Ewma(full_samples=self.full_samples),
+                    Ewma(full_samples=self.full_samples),
+                )
             engine.latency.add(seconds, now)
             if completion_tokens:
                 engine.throughput.add(completion_tokens / seconds, now)
@@ -116,27 +144,28 @@ class Attribution:
                 tps_c,
             )
 
-    def host_aggregates(self) -> dict[str, tuple[float | None, float | None]]:
-        """(latency ms, tokens/s) per host that measured exactly one model — placement input.
+    def model_speeds(self) -> dict[tuple[str, str], SpeedEvidence]:
+        """Speed evidence per (host, model), each with its artifact — placement input.
 
-        A host serving several models gets no aggregate: a fast model must not
-        lend a slow one an inflated score.
+        Every model keeps its own evidence: a fast model on a host never lends
+        another model on that host its speed.
         """
         now = self._clock()
-        per_host: dict[str, list[EngineMeasurements]] = {}
+        result: dict[tuple[str, str], SpeedEvidence] = {}
         with self._lock:
-            for (host, _model), engine in self._engines.items():
-                per_host.setdefault(host, []).append(engine)
-            result: dict[str, tuple[float | None, float | None]] = {}
-            for host, engines in per_host.items():
-                if len(engines) != 1:
+            for key, engine in sorted(self._engines.items()):
+                tps_c = engine.throughput.confidence(now)
+                lat_c = engine.latency.confidence(now)
+                if tps_c <= 0 and lat_c <= 0:
                     continue
-                engine = engines[0]
-                lat = engine.latency.value * 1000 if engine.latency.confidence(now) >= 0.5 else None
-                tps = engine.throughput.value if engine.throughput.confidence(now) >= 0.5 else None
-                if lat is not None or tps is not None:
-                    result[host] = (lat, tps)
-            return result
+                result[key] = SpeedEvidence(
+                    engine.artifact_sha256,
+                    engine.throughput.value if tps_c > 0 else None,
+                    tps_c,
+                    engine.latency.value * 1000 if lat_c >= 0.5 else None,
+                    engine.throughput.samples,
+                )
+        return result
 
     def size(self) -> int:
         with self._lock:
