@@ -69,6 +69,10 @@ class HostClasses:
             group.setdefault(class_id, []).append(host_id)  # host ids arrive in order
         ws.journal.clear()
 
+    def count(self) -> int:
+        """How many classes the admitted hosts fall into."""
+        return sum(len(group) for group in self.by_static.values())
+
     def eligible_groups(self, model_id: str) -> Iterator[tuple[int, list[str]]]:
         """Member lists of every class the model may be placed in (static eligibility)."""
         found = self._eligible.get(model_id)
@@ -149,6 +153,20 @@ class HostClasses:
             self._class[host_id] = new
             insort(group.setdefault(new, []), host_id)
         journal.clear()
+
+
+# a fleet with fewer than this many hosts per class is searched host by host: the
+# class search pays per class and its shortcuts need classes with several members
+MEMBERS_PER_CLASS = 3
+
+
+def worth_classing(ws: Workspace) -> bool:
+    """Whether the plan's hosts fall into few enough classes for the class search to pay
+    (decided once, on the first search: both searches give the same plan)."""
+    if ws.by_class is None:
+        ws.classes = HostClasses(ws)
+        ws.by_class = ws.classes.count() * MEMBERS_PER_CLASS <= len(ws.host_ids)
+    return ws.by_class
 
 
 def classes_of(ws: Workspace) -> HostClasses:

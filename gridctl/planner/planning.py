@@ -34,15 +34,17 @@ def plan_placement(
     snapshot: FleetSnapshot,
     policy: ControllerPolicy | None = None,
     *,
-    by_class: bool = True,
+    by_class: bool | None = None,
     texts: InputTexts | None = None,
 ) -> Plan:
     """Plan which replicas belong on which host, what to preempt and what cannot be met.
 
-    ``by_class=False`` searches host by host instead of by host class: the
-    same plan, byte for byte, kept as the reference the class search is
-    checked against. ``texts`` shares the canonical text of unchanged inputs
-    between the plans of one search (the digest is the same either way).
+    By default a fleet whose hosts fall into few classes of equivalent hosts
+    is searched class by class, any other host by host; ``by_class`` forces
+    one search (``False``: the host-by-host reference the class search is
+    checked against). Both give the same plan, byte for byte. ``texts`` shares
+    the canonical text of unchanged inputs between the plans of one search (the
+    digest is the same either way).
     """
     policy = policy or ControllerPolicy()
     digest = input_digest(profiles, snapshot, policy, texts)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from enum import Enum
 
 from gridctl.domain import DemandClass, UnsatisfiedCode
-from gridctl.planner.host_classes import choose_by_class
+from gridctl.planner.host_classes import choose_by_class, worth_classing
 from gridctl.planner.preemption import stage_preemption
 from gridctl.planner.rejections import RejectionCode, shortfall_code
 from gridctl.planner.repacking import (
@@ -95,7 +95,7 @@ def _search(
     ws: Workspace, model_id: str, relax_domains: bool, dead: dict[str, RejectionCode]
 ) -> Choice:
     """The best host among all eligible ones: by class, or host by host (the same result)."""
-    if ws.by_class:
+    if worth_classing(ws):
         return choose_by_class(ws, model_id, relax_domains, dead)
     return choose_host(ws, model_id, ws.ordered_hosts(model_id), relax_domains, dead)
 

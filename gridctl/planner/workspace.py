@@ -58,7 +58,7 @@ class Workspace:
         profiles: Sequence[ModelProfile],
         snapshot: FleetSnapshot,
         policy: ControllerPolicy,
-        by_class: bool = True,
+        by_class: bool | None = None,
     ) -> None:
         self.policy = policy
         self.now = snapshot.now
@@ -134,7 +134,9 @@ class Workspace:
         self._new_runtime: dict[tuple[str, int], tuple[str, int] | None] = {}
         self._ordered: dict[str, tuple[str, ...]] = {}
         self._searched: set[str] = set()
-        self.by_class = by_class  # search equivalent hosts as one class (False: host by host)
+        # search equivalent hosts as one class (False: host by host; None: decide on the
+        # first search from how many classes the hosts fall into)
+        self.by_class = by_class
         self.classes: HostClasses | None = None  # built by the first class search
         self._resident: dict[str, list[str]] | None = None
         self.warm_back: dict[str, float] = {}  # model -> fastest learned restore path

@@ -1,7 +1,8 @@
 """The class search against the host-by-host search: the same plan, byte for byte.
 
-``plan_placement`` searches equivalent hosts as one class; ``by_class=False``
-keeps the original host-by-host search. Both must give identical bytes
+``plan_placement`` searches equivalent hosts as one class when a fleet's hosts
+fall into few classes (``by_class=True`` forces it); ``by_class=False`` keeps
+the original host-by-host search. Both must give identical bytes
 (assignments, preemptions, shortfalls and every explanation row) on random
 fleets, and on fleets made of copies of a few machines, where classes are
 large and the class search takes its shortcuts.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -28,6 +30,7 @@ from .strategies import (
     random_profiles,
 )
 
+pytestmark = pytest.mark.slow  # 1,000 examples of three plans each, twice
 Inputs = tuple[list[ModelProfile], FleetSnapshot, ControllerPolicy]
 DIFFERENTIAL = settings(
     max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
@@ -71,8 +74,9 @@ def cloned_fleets(draw: st.DrawFn, max_hosts: int = 60, max_models: int = 6) -> 
 def _same_plan(inputs: Inputs) -> None:
     profiles, snapshot, policy = inputs
     by_host = plan_bytes(plan_placement(profiles, snapshot, policy, by_class=False))
-    by_class = plan_bytes(plan_placement(profiles, snapshot, policy))
+    by_class = plan_bytes(plan_placement(profiles, snapshot, policy, by_class=True))
     assert by_class == by_host
+    assert plan_bytes(plan_placement(profiles, snapshot, policy)) == by_host  # either, by size
 
 
 @DIFFERENTIAL
