@@ -7,42 +7,36 @@ in-process. The operator capability is read from a file, never from argv.
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from gridctl import contexts
 from gridctl.credentials import OPERATOR_TOKEN_HEADER, CredentialError, read_operator_capability
 from gridctl.errors import GridctlError
 from gridctl.transport import InsecureTransport, require_safe_url, verify_setting
 
-DEFAULT_CONTROLLER = "http://127.0.0.1:22100"
+DEFAULT_CONTROLLER = contexts.DEFAULT_CONTROLLER
 
 
 def default_state_root() -> Path:
     """Where `gridctl up` keeps its state: $GRIDCTL_HOME, else ~/.local/state/gridctl."""
-    home = os.environ.get("GRIDCTL_HOME")
-    if home:
-        return Path(home)
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "gridctl"
+    return contexts.legacy_state_root()
 
 
 def default_token_file() -> Path:
-    env = os.environ.get("GRIDCTL_TOKEN_FILE")
-    if env:
-        return Path(env)
-    return default_state_root() / "up" / "controller" / "operator.token"
+    """The operator token file the current context (or the environment) names."""
+    return contexts.resolve().token_file
 
 
 def default_controller_url() -> str:
-    return os.environ.get("GRIDCTL_CONTROLLER", DEFAULT_CONTROLLER)
+    """--controller's default: $GRIDCTL_CONTROLLER, the current context, else 22100 here."""
+    return contexts.resolve().controller
 
 
 def default_ca_file() -> Path | None:
-    env = os.environ.get("GRIDCTL_CA_FILE")
-    return Path(env) if env else None
+    return contexts.resolve().ca_file
 
 
 def add_ca_file_argument(parser: argparse.ArgumentParser) -> None:
@@ -58,9 +52,26 @@ def add_ca_file_argument(parser: argparse.ArgumentParser) -> None:
 class ControllerError(GridctlError):
     """The controller answered with an error, or could not be reached."""
 
-    def __init__(self, message: str, status: int | None = None):
+    def __init__(self, message: str, status: int | None = None, *, unreachable: bool = False):
         self.status = status
+        self.unreachable = unreachable
         super().__init__(message)
+
+    @property
+    def exit_code(self) -> int:
+        """2 when the controller could not be reached, else 1."""
+        return 2 if self.unreachable else 1
+
+
+def _hint(status: int, target: contexts.Target) -> str:
+    if status == 401:
+        return (
+            f"the token in {target.token_file} is not this controller's operator token; "
+            "pass --token-file with the one it wrote (`gridctl context show` names it)"
+        )
+    if status == 403:
+        return "this credential may not do that"
+    return ""
 
 
 class ControllerClient:
@@ -74,12 +85,23 @@ class ControllerClient:
         timeout: float = 10.0,
         ca_file: Path | None = None,
     ) -> None:
-        self.base_url = (base_url or default_controller_url()).rstrip("/")
+        try:
+            self.target = contexts.resolve(base_url, token_file, ca_file)
+        except contexts.ContextError as exc:
+            raise ControllerError(str(exc)) from None
+        self.base_url = self.target.controller
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ControllerError(
+                f"controller URL {self.base_url} must start with http:// or https:// "
+                f"(from {self.target.controller_from}; {self.where()})"
+            )
         self._token = token
-        self._token_file = token_file
-        ca_file = ca_file or default_ca_file()
+        ca_file = self.target.ca_file
         if ca_file is not None and not ca_file.is_file():
-            raise ControllerError(f"CA file {ca_file} not found (--ca-file / GRIDCTL_CA_FILE)")
+            raise ControllerError(
+                f"CA file {ca_file} not found; pass --ca-file or set GRIDCTL_CA_FILE "
+                f"({self.target.describe()})"
+            )
         self._client = httpx.Client(
             base_url=self.base_url,
             transport=transport,
@@ -96,25 +118,36 @@ class ControllerClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def token_file(self) -> Path:
+        return self.target.token_file
+
+    def where(self) -> str:
+        """``context NAME; controller URL; token file F``: appended to every error."""
+        return self.target.describe()
+
     def _operator_headers(self) -> dict[str, str]:
         try:
             require_safe_url(self.base_url, "the operator token")
         except InsecureTransport as exc:
-            raise ControllerError(f"{exc} (the controller at {self.base_url})") from None
+            raise ControllerError(f"{exc} ({self.where()})") from None
         token = self._token
         if token is None:
-            path = self._token_file or default_token_file()
+            path = self.target.token_file
+            fix = "pass --token-file or set GRIDCTL_TOKEN_FILE"
             try:
                 token = read_operator_capability(path)
             except OSError as exc:
                 raise ControllerError(
-                    f"cannot read the operator token file {path}: {exc.strerror}; "
-                    "pass --token-file or set GRIDCTL_TOKEN_FILE"
+                    f"cannot read the operator token file {path}: {exc.strerror or exc}; "
+                    f"{fix} ({self.where()})"
+                ) from None
+            except UnicodeDecodeError:
+                raise ControllerError(
+                    f"the operator token file {path} is not text; {fix} ({self.where()})"
                 ) from None
             except CredentialError as exc:
-                raise ControllerError(
-                    f"{exc}; pass --token-file or set GRIDCTL_TOKEN_FILE"
-                ) from None
+                raise ControllerError(f"{exc}; {fix} ({self.where()})") from None
         return {OPERATOR_TOKEN_HEADER: token}
 
     def _call(self, method: str, path: str, *, admin: bool = False, **kwargs: Any) -> Any:
@@ -122,20 +155,33 @@ class ControllerClient:
         try:
             response = self._client.request(method, path, headers=headers, **kwargs)
         except httpx.HTTPError as exc:
+            detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise ControllerError(
-                f"cannot reach the controller at {self.base_url}: {type(exc).__name__}: {exc}"
+                f"cannot reach the controller at {self.base_url}: {type(exc).__name__}: {detail}; "
+                "is it running? "
+                f"(`gridctl context ls` lists known fleets; {self.where()})",
+                unreachable=True,
             ) from None
         if response.status_code >= 400:
             try:
                 detail = response.json().get("error") or response.text
-            except ValueError:
+            except (ValueError, AttributeError):
                 detail = response.text
             if isinstance(detail, dict):
                 detail = detail.get("message", str(detail))
+            hint = _hint(response.status_code, self.target)
             raise ControllerError(
-                f"{method} {path}: HTTP {response.status_code}: {detail}", response.status_code
+                f"{method} {path}: HTTP {response.status_code}: "
+                f"{str(detail).strip()}{'; ' + hint if hint else ''} ({self.where()})",
+                response.status_code,
             )
-        return response.json() if response.content else None
+        try:
+            return response.json() if response.content else None
+        except ValueError:
+            raise ControllerError(
+                f"{method} {path}: the answer from {self.base_url} is not JSON; is that a "
+                f"gridctl controller? ({self.where()})"
+            ) from None
 
     def call_admin(self, method: str, path: str, **kwargs: Any) -> Any:
         return self._call(method, path, admin=True, **kwargs)

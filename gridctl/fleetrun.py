@@ -8,8 +8,10 @@ caller (``gridctl up``) or detached with a run file (``gridctl fleet``).
 
 from __future__ import annotations
 
+import errno
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -104,12 +106,51 @@ def _record(role: str, name: str, proc: subprocess.Popen[bytes], log: Path) -> P
     return ProcessRecord(role, name, proc.pid, psutil.Process(proc.pid).create_time(), str(log))
 
 
-def wait_healthy(url: str, deadline_seconds: float = 60.0) -> None:
+class FleetStartError(RuntimeError):
+    """The fleet could not start; the message says why and what to do."""
+
+
+def require_free_port(host: str, port: int) -> None:
+    """Refuse to start when another process already listens on ``host:port``.
+
+    Without this, the health check would find *that* process's controller and
+    this fleet would follow another fleet's history as its own.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise FleetStartError(
+                    f"{host}:{port}: address already in use (another fleet or program listens "
+                    f"there); stop it or pass --port"
+                ) from None
+            raise FleetStartError(f"{host}:{port}: cannot bind: {exc.strerror}") from None
+
+
+def log_tail(path: Path, lines: int = 12) -> list[str]:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    return text.splitlines()[-lines:]
+
+
+def wait_healthy(
+    url: str, deadline_seconds: float = 60.0, proc: subprocess.Popen[bytes] | None = None
+) -> None:
+    """Wait for ``/healthz``; when ``proc`` is given, fail at once if it exits first."""
     deadline = time.monotonic() + deadline_seconds
     last: Exception | None = None
     while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise FleetStartError(f"the controller exited with code {proc.returncode}")
         try:
             if httpx.get(url + "/healthz", timeout=1.0).status_code == 200:
+                if proc is not None and proc.poll() is not None:
+                    raise FleetStartError(f"the controller exited with code {proc.returncode}")
                 return
         except httpx.HTTPError as exc:
             last = exc
@@ -126,6 +167,7 @@ def start_fleet(settings: FleetSettings, *, detached: bool, say: object = print)
     root.chmod(0o700)
     if not settings.capacity_mb:
         settings.capacity_mb = partition_capacity(settings.machines)
+    require_free_port(settings.host, settings.port)
     run = FleetRun(settings)
     controller_dir = root / "controller"
     ctl_log = root / "logs" / "controller.log"
@@ -138,6 +180,7 @@ def start_fleet(settings: FleetSettings, *, detached: bool, say: object = print)
             str(controller_dir),
             "--listen",
             f"{settings.host}:{settings.port}",
+            "--no-context",  # `gridctl up` records the fleet's context itself
             *(["--worktree"] if settings.worktree else []),
         ],
         ctl_log,
@@ -147,10 +190,12 @@ def start_fleet(settings: FleetSettings, *, detached: bool, say: object = print)
     run.children["controller"] = proc
     assert callable(say)
     try:
-        wait_healthy(run.base_url)
-    except TimeoutError:
+        wait_healthy(run.base_url, proc=proc)
+    except (TimeoutError, FleetStartError) as exc:
         stop_fleet(run)
-        raise
+        proc.wait(timeout=30)
+        tail = "\n".join(f"  {line}" for line in log_tail(ctl_log))
+        raise FleetStartError(f"{exc}; last lines of {ctl_log}:\n{tail}") from None
     key = load_or_create_signing_key(controller_dir)
     for i in range(1, settings.machines + 1):
         host_id = f"local-{i}"

@@ -17,6 +17,15 @@ from tests.netfleet import (
 )
 
 
+@pytest.fixture(autouse=True)
+def _own_contexts(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every test (and every process it starts) reads and records contexts in its own
+    config directory, never the user's."""
+    monkeypatch.setenv("GRIDCTL_CONFIG_DIR", str(tmp_path_factory.mktemp("gridctl-config")))
+
+
 @pytest.fixture(scope="session")
 def netfleet_session() -> Iterator[None]:
     """Sweep namespaces crashed runs left behind; at the end, prove this run left none."""

@@ -134,6 +134,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="STATE_DIR",
         help="durable controller state: database, operator token, signing key",
     )
+    parser.add_argument(
+        "--no-context",
+        action="store_true",
+        help="do not record this controller as the current context (`gridctl context`)",
+    )
     default_listen = DEFAULT_CONTROLLER.removeprefix("http://")
     parser.add_argument(
         "--listen",
@@ -273,12 +278,35 @@ def run(args: argparse.Namespace) -> int:
         return 1
     where = f"store {shared.describe()}" if shared is not None else f"state {args.state}"
     print(f"gridctl controller on {service.url} ({where})", flush=True)
+    if args.state is not None and not args.no_context:
+        _record_context(service.url, Path(args.state), service.tls_enabled)
     if service.identity is not None and service.tls_enabled:
         print(f"fleet CA {service.identity.pinned_fingerprint()}", flush=True)
     if service.source is not None:
         print(f"desired state: {describe_source(service.source.status())}", flush=True)
     service.run()
     return 0
+
+
+def _record_context(url: str, state: Path, tls: bool) -> None:
+    """Make this controller the current context, so plain `gridctl status` finds it."""
+    from gridctl import contexts
+    from gridctl.credentials import OPERATOR_CAPABILITY_FILE
+
+    ca = state / "pki" / "ca.pem"
+    context = contexts.Context(
+        name=contexts.context_name_for(url),
+        controller=url,
+        token_file=str((state / OPERATOR_CAPABILITY_FILE).absolute()),
+        ca_file=str(ca.absolute()) if tls and ca.is_file() else None,
+        state_root=str(state.absolute()),
+    )
+    try:
+        contexts.record(context)
+    except (OSError, contexts.ContextError) as exc:
+        print(f"warning: context not recorded: {exc}", file=sys.stderr)
+        return
+    print(f"context {context.name} is current (`gridctl context show`)", flush=True)
 
 
 def describe_source(status: dict[str, object]) -> str:

@@ -7,6 +7,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from gridctl.errors import GridctlError
+
 # Each module exposes ``register(subparsers)``; the parser it adds sets ``func``.
 COMMAND_MODULES = (
     "gridctl.cli.validate_cmd",
@@ -27,6 +29,7 @@ COMMAND_MODULES = (
     "gridctl.cli.artifacts_cmd",
     "gridctl.cli.state_cmd",
     "gridctl.cli.lab_cmd",
+    "gridctl.cli.context_cmd",
 )
 
 
@@ -62,6 +65,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except GridctlError as exc:  # one line with the fix, never a traceback
+        print(f"error: {error_text(exc)}", file=sys.stderr)
+        return int(getattr(exc, "exit_code", 1))
+    except OSError as exc:
+        where = f" {exc.filename}" if exc.filename else ""
+        print(f"error:{where}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+
+
+def error_text(exc: BaseException) -> str:
+    return str(exc).strip() or type(exc).__name__
 
 
 if __name__ == "__main__":

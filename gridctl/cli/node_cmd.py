@@ -24,6 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gridctl import contexts
+from gridctl.cli.drain_check import Stuck, cannot_complete_lines, stuck_replicas
+from gridctl.client import ControllerClient, ControllerError
 from gridctl.domain.states import HostState
 from gridctl.errors import GridctlError
 from gridctl.node import overrides
@@ -51,13 +54,21 @@ def default_state_dir() -> Path:
     return Path.home() / ".local" / "state" / "gridctl" / "node"
 
 
-def _state_arg(parser: argparse.ArgumentParser) -> None:
+def _state_arg(parser: argparse.ArgumentParser, *, by_host: bool = True) -> None:
     parser.add_argument(
         "--state-dir",
         type=Path,
         default=None,
-        help="node state directory (default: $GRIDCTL_NODE_STATE or ~/.local/state/gridctl/node)",
+        help="node state directory (default: the current context's directory for --host, "
+        "else $GRIDCTL_NODE_STATE or ~/.local/state/gridctl/node)",
     )
+    if by_host:
+        parser.add_argument(
+            "--host",
+            metavar="ID",
+            default=None,
+            help="a host of the current context's fleet (`gridctl up` records local-1, ...)",
+        )
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -83,7 +94,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--token-file", type=Path, help="owner-only credential (default: from the join)"
     )
     start.add_argument("--host-id", help="stable id of this host (default: from the join bundle)")
-    _state_arg(start)
+    _state_arg(start, by_host=False)
     start.add_argument("--capacity-mb", type=int, default=None, help="model memory (MB)")
     start.add_argument("--reserved-mb", type=int, default=0, help="memory kept for the host")
     start.add_argument("--external-mb", type=int, default=None, help="fixed external use (MB)")
@@ -141,9 +152,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         _state_arg(cmd)
         cmd.add_argument("--reason", default="", help="why (shown in status)")
         cmd.add_argument("--for-seconds", type=float, default=None, help="expire automatically")
+        cmd.add_argument(
+            "--force",
+            action="store_true",
+            help="also stop this host's engines now, even a model's last replica (the owner's "
+            "final say; the model's shortfall is reported)",
+        )
+        cmd.add_argument("--yes", action="store_true", help="confirm --force without asking")
+        cmd.add_argument("--json", action="store_true", help="print the result as JSON")
         cmd.set_defaults(func=run_override, override=kind)
     resume = node_sub.add_parser("resume", help="clear the local override")
     _state_arg(resume)
+    resume.add_argument("--json", action="store_true", help="print the result as JSON")
     resume.set_defaults(func=run_resume)
 
     def show_help(_args: argparse.Namespace) -> int:
@@ -154,7 +174,34 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _state_dir(args: argparse.Namespace) -> Path:
+    if args.state_dir is None and getattr(args, "host", None):
+        found = contexts.node_state_dir(args.host)
+        if found is None:
+            context = contexts.current_context()
+            known = ", ".join(sorted(context.node_state_dirs)) if context else ""
+            where = f"context {context.name}" if context else "no current context"
+            raise GridctlError(
+                f"host {args.host} has no node state directory in {where}"
+                + (f" (its hosts: {known})" if known else "")
+                + "; pass --state-dir DIR, or `gridctl context use NAME` for its fleet"
+            )
+        return found.absolute()
     return Path(args.state_dir or default_state_dir()).absolute()
+
+
+def _need_state(state_dir: Path, args: argparse.Namespace | None = None) -> None:
+    """Refuse a missing state directory, unless --state-dir named it (an override may be
+    set before the node first starts)."""
+    if args is not None and args.state_dir is not None:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        return
+    if not (state_dir / DATABASE).exists():
+        context = contexts.current_context()
+        hosts = ", ".join(sorted(context.node_state_dirs)) if context else ""
+        suggestion = f" (context {context.name} has hosts {hosts})" if context and hosts else ""
+        raise GridctlError(
+            f"no node state in {state_dir}; pass --host ID{suggestion} or --state-dir DIR"
+        )
 
 
 # --- start ------------------------------------------------------------------------------
@@ -481,9 +528,7 @@ def status_document(state_dir: Path, now: float) -> dict[str, Any]:
 
 def run_status(args: argparse.Namespace) -> int:
     state_dir = _state_dir(args)
-    if not (state_dir / DATABASE).exists():
-        print(f"error: no node state in {state_dir}", file=sys.stderr)
-        return 1
+    _need_state(state_dir)
     doc = status_document(state_dir, time.time())
     if args.json:
         print(json.dumps(doc, indent=2, sort_keys=True))
@@ -516,8 +561,43 @@ def run_status(args: argparse.Namespace) -> int:
 # --- overrides --------------------------------------------------------------------------
 
 
+def _fleet_status() -> dict[str, Any] | None:
+    """The current context's controller status (a public read), or None if unreachable."""
+    try:
+        with ControllerClient(timeout=5.0) as client:
+            return client.status()
+    except ControllerError:
+        return None
+
+
+def _confirm_force(args: argparse.Namespace, stuck: list[Stuck]) -> bool:
+    if args.yes or not stuck:
+        return True
+    if not sys.stdin.isatty():
+        raise GridctlError("--force would stop a last replica; confirm with --yes")
+    names = ", ".join(s.model_id for s in stuck)
+    answer = input(f"stop the last replica of {names} on this host? [y/N] ")
+    return answer.strip().lower() in ("y", "yes")
+
+
+def _force_stop(state_dir: Path) -> list[str]:
+    """Stop this host's proven engine children; the daemon reports them gone."""
+    stopped = []
+    store = NodeStateStore(state_dir / DATABASE)
+    try:
+        for residency in store.residencies():
+            if residency.identity is None or residency.fenced:
+                continue
+            if stop_proven(residency.identity, grace=10.0):
+                stopped.append(residency.model_id)
+    finally:
+        store.close()
+    return stopped
+
+
 def run_override(args: argparse.Namespace) -> int:
     state_dir = _state_dir(args)
+    _need_state(state_dir, args)
     try:
         override = overrides.make_override(
             args.override, args.reason, now=time.time(), for_seconds=args.for_seconds
@@ -525,23 +605,80 @@ def run_override(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    state_dir.mkdir(parents=True, exist_ok=True)
+    store = NodeStateStore(state_dir / DATABASE)
+    try:
+        host_id = store.get_meta("host_id") or args.host or str(state_dir)
+    finally:
+        store.close()
+    fleet = _fleet_status() if args.override in ("drain", "pause") else None
+    stuck = stuck_replicas(fleet, host_id) if fleet is not None else []
+    if args.force and not _confirm_force(args, stuck):
+        print("not changed")
+        return 1
     store = NodeStateStore(state_dir / DATABASE)
     try:
         store.set_override(override)
     finally:
         store.close()
+    stopped = _force_stop(state_dir) if args.force else []
+    state = overrides.OVERRIDE_STATES[args.override].value
     until = f" for {args.for_seconds:.0f}s" if args.for_seconds else " until resumed"
-    print(f"host state {overrides.OVERRIDE_STATES[args.override].value}{until}")
+    shortfall = (
+        [
+            {
+                "model_id": s.model_id,
+                "ready": s.ready_elsewhere,
+                "wanted": s.wanted,
+                "shortfall": max(0, s.wanted - s.ready_elsewhere),
+            }
+            for s in stuck
+        ]
+        if args.force
+        else []
+    )
+    if args.json:
+        doc = {
+            "host_id": host_id,
+            "state_dir": str(state_dir),
+            "host_state": state,
+            "expires_in_seconds": args.for_seconds,
+            "complete": not stuck or args.force,
+            "cannot_complete": [s.as_json() for s in stuck] if not args.force else [],
+            "forced": bool(args.force),
+            "stopped": stopped,
+            "shortfall": shortfall,
+            "controller_checked": fleet is not None,
+        }
+        print(json.dumps(doc, indent=2))
+        return 0
+    print(f"host {host_id} {state}{until}")
+    if args.force:
+        for model in stopped:
+            print(f"stopped {model} on {host_id} (forced)")
+        for row in shortfall:
+            print(
+                f"shortfall: {row['model_id']} has {row['ready']} of {row['wanted']} wanted "
+                f"replicas ready ({row['shortfall']} short) until another host can take it"
+            )
+    else:
+        for line in cannot_complete_lines(host_id, args.override, stuck):
+            print(line)
+    if fleet is None and args.override in ("drain", "pause"):
+        print("note: the controller was not reachable, so whether this completes is not known")
     return 0
 
 
 def run_resume(args: argparse.Namespace) -> int:
     state_dir = _state_dir(args)
+    _need_state(state_dir, args)
     store = NodeStateStore(state_dir / DATABASE)
     try:
         store.set_override(None)
+        host_id = store.get_meta("host_id")
     finally:
         store.close()
-    print("host state accepting (override cleared)")
+    if args.json:
+        print(json.dumps({"host_id": host_id, "host_state": "accepting", "override": None}))
+    else:
+        print(f"host {host_id or state_dir} accepting (override cleared)")
     return 0

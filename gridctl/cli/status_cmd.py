@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gridctl.cli.diff_cmd import drift_report
+from gridctl.cli.reasons import explain
 from gridctl.client import ControllerClient, ControllerError, add_ca_file_argument
 
 
@@ -21,13 +22,14 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--controller",
         metavar="URL",
-        help="controller base URL (default $GRIDCTL_CONTROLLER or http://127.0.0.1:22100)",
+        help="controller base URL (default $GRIDCTL_CONTROLLER, else the current context, "
+        "else http://127.0.0.1:22100)",
     )
     parser.add_argument(
         "--token-file",
         type=Path,
         metavar="FILE",
-        help="operator token file (default $GRIDCTL_TOKEN_FILE or the one `gridctl up` wrote)",
+        help="operator token file (default $GRIDCTL_TOKEN_FILE, else the current context's)",
     )
     add_ca_file_argument(parser)
 
@@ -51,13 +53,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "pending commands. `--clear` returns to the mode git declares.",
     )
     _common(mode)
-    mode.add_argument("mode", nargs="?", choices=["observe", "recommend", "automatic"])
+    mode.add_argument(
+        "mode",
+        nargs="?",
+        choices=["observe", "recommend", "automatic"],
+        help="the mode to set (without it and --clear: print the mode in force)",
+    )
     mode.add_argument("--clear", action="store_true", help="remove the override")
     mode.add_argument("--reason", default="", help="why (shown in status)")
+    mode.add_argument("--json", action="store_true", help="print the resulting mode document")
     mode.set_defaults(func=run_mode)
 
     tick = sub.add_parser("tick", help="request an immediate reconciliation pass")
     _common(tick)
+    tick.add_argument("--json", action="store_true", help="print the tick result")
     tick.set_defaults(func=run_tick)
 
 
@@ -95,20 +104,61 @@ def source_lines(desired: dict[str, Any]) -> list[str]:
     return out
 
 
+def issue_line(issue: dict[str, Any]) -> str:
+    """``FILE:LINE:COL: Kind/name: /pointer: message``, as `gridctl validate` prints."""
+    return (
+        f"{issue.get('file') or '?'}:{issue.get('line') or 0}:{issue.get('column') or 0}: "
+        f"{issue.get('kind') or '?'}/{issue.get('name') or '?'}: {issue.get('pointer') or '/'}: "
+        f"{issue.get('message')}"
+    )
+
+
+def rejection_lines(desired: dict[str, Any]) -> list[str]:
+    """The rejected revision still waiting for a fix, with every error as validate prints it."""
+    pending = desired.get("rejected_revision")
+    if not pending:
+        return []
+    rows = [r for r in desired.get("rejected") or [] if r.get("revision") == pending]
+    out = [
+        f"revision {pending} rejected; {desired.get('last_good_revision') or 'nothing'} "
+        "stays in force. Fix and commit:"
+    ]
+    for row in rows[-1:]:
+        out.extend(f"  {issue_line(e)}" for e in row.get("errors") or [])
+    return out
+
+
+def held_lines(doc: dict[str, Any]) -> list[str]:
+    """Proposed actions held back this tick, with their rule in plain words."""
+    reconciliation = doc.get("reconciliation") or {}
+    rows = [a for a in reconciliation.get("actions") or [] if a.get("blocked")]
+    rows += [a for a in reconciliation.get("deferred") or [] if a.get("blocked")]
+    out = []
+    for a in rows[:20]:
+        code = str(a["blocked"])
+        out.append(
+            f"  held: {a['kind']} {a['model_id']} on {a['host_id']}: {code} ({explain(code)})"
+        )
+    return out
+
+
+def admission_lines(doc: dict[str, Any]) -> list[str]:
+    rows = doc.get("admission") or []
+    if not rows:
+        return []
+    out = ["", f"{'WORKLOAD':<16} {'STATE':<20} {'MODEL':<24} REASON"]
+    for row in rows:
+        out.append(
+            f"{row['workload']:<16} {row['state']:<20} {row.get('model_id') or '-':<24} "
+            f"{row.get('reason') or ''}"
+        )
+    return out
+
+
 def render_status(doc: dict[str, Any]) -> str:
     lines: list[str] = []
-    mode = doc["mode"]
-    override = mode.get("override")
-    mode_line = f"mode: {mode['effective']}"
-    if override:
-        mode_line += (
-            f" (operator override of git's {mode['desired']}: "
-            f"{override.get('reason') or 'no reason given'})"
-        )
-    if mode.get("refused_automatic"):
-        mode_line += f" [{mode['refused_automatic']}]"
     desired = doc["desired"]
-    lines.append(mode_line)
+    lines.append(mode_line(doc["mode"]))
     lines.append(
         f"desired revision: {desired.get('revision') or '-'}"
         f"  last good: {desired.get('last_good_revision') or '-'}"
@@ -118,6 +168,7 @@ def render_status(doc: dict[str, Any]) -> str:
             else ""
         )
     )
+    lines.extend(rejection_lines(desired))
     lines.extend(source_lines(desired))
     lines.append("")
     lines.append(f"{'HOST':<18} {'STATE':<12} {'USED/CAP MB':>14} {'HB':>5}  RESIDENCIES")
@@ -154,13 +205,18 @@ def render_status(doc: dict[str, Any]) -> str:
             f"  {cmd['kind']:<7} {cmd['model_id']} on {cmd['host_id']} "
             f"[{cmd.get('status', '')}] {cmd.get('reason', '')}"
         )
+    lines.extend(held_lines(doc))
     for unmet in doc["unmet_constraints"]:
-        lines.append(f"! {unmet['model_id']}: {unmet['code']}: {unmet['message']}")
+        lines.append(
+            f"! {unmet['model_id']}: {unmet['code']} ({explain(unmet['code'])}): {unmet['message']}"
+        )
+    lines.extend(admission_lines(doc))
     rev = doc["revisions"]
     tick = doc.get("last_tick") or {}
+    lines.append("")
     lines.append(
-        f"revisions: dirty {rev['dirty']} processed {rev['processed']} success "
-        f"{rev['success']} safety {rev['safety']}; last tick "
+        f"reconcile passes: {rev['dirty']} requested, {rev['processed']} run, "
+        f"{rev['success']} succeeded ({rev['safety']} for safety); last pass "
         f"{tick.get('duration_ms', 0):.1f} ms {'ok' if tick.get('ok') else 'FAILED'}"
     )
     if doc.get("delivery_safety_error"):
@@ -173,31 +229,58 @@ def render_status(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def fail(exc: ControllerError) -> int:
+    """One line on stderr; exit 2 when the controller could not be reached, else 1."""
+    print(f"error: {exc}", file=sys.stderr)
+    return exc.exit_code
+
+
 def run_status(args: argparse.Namespace) -> int:
     try:
         with _client(args) as client:
             doc = client.status()
     except ControllerError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return fail(exc)
     print(json.dumps(doc, indent=2) if args.json else render_status(doc))
     return 0
 
 
+def mode_line(mode: dict[str, Any]) -> str:
+    line = f"mode: {mode['effective']}"
+    override = mode.get("override")
+    if override:
+        line += (
+            f" (operator override of git's {mode.get('desired')}: "
+            f"{override.get('reason') or 'no reason given'}; `gridctl mode --clear` returns to it)"
+        )
+    elif mode.get("desired"):
+        line += " (as git declares)"
+    if mode.get("refused_automatic"):
+        line += f" [{mode['refused_automatic']}]"
+    return line
+
+
 def run_mode(args: argparse.Namespace) -> int:
-    if args.clear == (args.mode is not None):
-        print("error: give a mode or --clear (not both)", file=sys.stderr)
+    if args.clear and args.mode is not None:
+        print("error: give a mode or --clear, not both", file=sys.stderr)
         return 1
     try:
         with _client(args) as client:
-            result = client.set_mode(None if args.clear else args.mode, args.reason)
+            if args.mode is None and not args.clear:
+                result = client.status()["mode"]
+            else:
+                result = client.set_mode(None if args.clear else args.mode, args.reason)
     except ControllerError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    line = f"mode is now {result['effective']}"
-    if result.get("refused_automatic"):
-        line += f" ({result['refused_automatic']})"
-    print(line)
+        return fail(exc)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    elif args.mode is None and not args.clear:
+        print(mode_line(result))
+    else:
+        line = f"mode is now {result['effective']}"
+        if result.get("refused_automatic"):
+            line += f" ({result['refused_automatic']})"
+        print(line)
     return 0
 
 
@@ -206,7 +289,9 @@ def run_tick(args: argparse.Namespace) -> int:
         with _client(args) as client:
             result = client.tick()
     except ControllerError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    print(f"tick {'ok' if result['ok'] else 'failed'} in {result['duration_ms']:.1f} ms")
+        return fail(exc)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"tick {'ok' if result['ok'] else 'failed'} in {result['duration_ms']:.1f} ms")
     return 0 if result["ok"] else 1

@@ -15,11 +15,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from gridctl import contexts
+from gridctl.cli.status_cmd import issue_line
 from gridctl.client import ControllerClient, ControllerError, default_state_root
 from gridctl.fleetrun import (
     MAX_MACHINES,
     FleetRun,
     FleetSettings,
+    FleetStartError,
     alive,
     load_run,
     settings_match,
@@ -121,13 +124,40 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     fleet.set_defaults(func=fleet_help)
 
 
+def record_context(run: FleetRun) -> contexts.Context | None:
+    """Make this fleet the current context: plain `gridctl status`, `node drain --host`,
+    `dash` and the rest then find it without flags."""
+    root = Path(run.settings.state_root)
+    context = contexts.Context(
+        name=contexts.context_name_for(run.base_url),
+        controller=run.base_url,
+        token_file=str(run.token_file),
+        state_root=str(root),
+        node_state_dirs={p.name: str(root / p.name) for p in run.processes if p.role == "node"},
+    )
+    try:
+        contexts.record(context)
+    except (OSError, contexts.ContextError) as exc:
+        print(f"warning: context not recorded: {exc}", file=sys.stderr)
+        return None
+    return context
+
+
 def _announce(run: FleetRun) -> None:
+    context = record_context(run)
     print(f"controller: {run.base_url}")
     print(f"OpenAI base URL: {run.base_url}/v1")
     print(f"operator token: {run.token_file}")
-    print(f"dashboard: gridctl dash --controller {run.base_url} --token-file {run.token_file}")
-    print(f"chat: gridctl chat --controller {run.base_url} -m MODEL 'hello'")
-    print(f"logs: {Path(run.settings.state_root) / 'logs'}", flush=True)
+    if context is not None:
+        print(f"context: {context.name} (current; commands find this fleet without flags)")
+    print("dashboard: gridctl dash")
+    print("chat: gridctl chat -m MODEL 'hello'")
+    print(f"logs: {Path(run.settings.state_root) / 'logs'}")
+    print(
+        "for other shells or tools: "
+        f"export GRIDCTL_CONTROLLER={run.base_url} GRIDCTL_TOKEN_FILE={run.token_file}",
+        flush=True,
+    )
 
 
 class Follower:
@@ -138,6 +168,8 @@ class Follower:
         self.states: dict[tuple[str, str], str] = {}
         self.seen_events: set[tuple[float, str, str]] = set()
         self.started = time.monotonic()
+        self.revision: str | None = None
+        self.rejected_seen: set[tuple[str, float]] = set()
 
     def follow(self, doc: dict[str, Any]) -> list[str]:
         lines: list[str] = []
@@ -152,6 +184,7 @@ class Follower:
             if before != after and not (before is None and after == "gone"):
                 lines.append(f"{stamp} {key[1]} on {key[0]}: {before or 'absent'} -> {after}")
         self.states = {k: v for k, v in current.items()}
+        lines.extend(self._revisions(doc, stamp))
         lines.extend(self._transfers(doc, stamp))
         for event in doc.get("history", []):
             name = event.get("event", "")
@@ -169,6 +202,26 @@ class Follower:
                 f"{stamp} {name}: {event.get('model_id') or ''}{where} "
                 f"{event.get('message') or ''}".rstrip()
             )
+        return lines
+
+    def _revisions(self, doc: dict[str, Any], stamp: str) -> list[str]:
+        """A line when a new revision is in force; the errors of each rejected one."""
+        desired = doc.get("desired") or {}
+        lines = []
+        revision = desired.get("revision")
+        if revision and revision != self.revision:
+            lines.append(f"{stamp} desired revision {str(revision)[:19]} in force")
+            self.revision = revision
+        for rejected in desired.get("rejected") or []:
+            key = (str(rejected.get("revision")), float(rejected.get("at") or 0))
+            if key in self.rejected_seen:
+                continue
+            self.rejected_seen.add(key)
+            lines.append(
+                f"{stamp} revision {key[0][:19]} rejected; "
+                f"{str(revision or '-')[:19]} stays in force:"
+            )
+            lines.extend(f"  {issue_line(e)}" for e in rejected.get("errors") or [])
         return lines
 
     def _transfers(self, doc: dict[str, Any], stamp: str) -> list[str]:
@@ -234,7 +287,7 @@ def run_up(args: argparse.Namespace) -> int:
         return 1
     try:
         run = start_fleet(settings, detached=False)
-    except (ValueError, TimeoutError) as exc:
+    except (ValueError, TimeoutError, FleetStartError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     _announce(run)
@@ -272,7 +325,7 @@ def run_fleet_up(args: argparse.Namespace) -> int:
         stop_fleet(existing)
     try:
         run = start_fleet(settings, detached=True)
-    except (ValueError, TimeoutError) as exc:
+    except (ValueError, TimeoutError, FleetStartError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     _announce(run)
@@ -313,8 +366,11 @@ def run_fleet_status(args: argparse.Namespace) -> int:
         for name, up in processes.items():
             print(f"{name:<12} {'running' if up else 'stopped'}")
         for key in ("mode", "hosts", "models", "error"):
+            value = summary.get(key)
+            if isinstance(value, dict):
+                value = ", ".join(f"{k} {v}" for k, v in sorted(value.items())) or "-"
             if key in summary:
-                print(f"{key}: {summary[key]}")
+                print(f"{key}: {value}")
     return 0 if all(processes.values()) else 1
 
 

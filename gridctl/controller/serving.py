@@ -396,6 +396,10 @@ class ControllerService:
             lambda: self.controller.last_portfolio,
             lambda: (self.controller.current_desired() or DesiredState("", False)).catalog,
             lambda model: bool(self.registry.routable(model, self.options.clock())),
+            lambda: {
+                p.name: p.workload_scores
+                for p in (self.controller.current_desired() or DesiredState("", False)).profiles
+            },
         )
         # proxy measurements: per-model speed evidence in placement snapshots
         self.registry.measured = router.attribution.model_speeds

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -37,35 +37,70 @@ TEXT_FIELDS_MAX_CHARS = 4096
 @dataclass(frozen=True)
 class UnboundDecision:
     workload: str
-    model: str | None  # a ready chosen model, or None
+    model: str | None  # a ready model that scores the workload, or None
     state: str
     reason: str
+    retry: bool = True  # False: no configured model scores the workload; retrying cannot help
 
 
 class UnboundDirectory:
-    """Reads the controller's latest portfolio; never plans anything itself."""
+    """Reads the controller's latest portfolio; never plans anything itself.
+
+    The portfolio's evidence gate decides *new* placements. Whether a request
+    may be answered is simpler: the portfolio's chosen model when it is ready,
+    else the best-scoring ready model for the workload, at once. A workload
+    that no configured profile scores is refused at once, since no amount of
+    evidence will change that.
+    """
 
     def __init__(
         self,
         portfolio: Callable[[], PortfolioResult | None],
         catalog: Callable[[], WorkloadCatalog],
         ready: Callable[[str], bool],
+        scores: Callable[[], Mapping[str, Mapping[str, float]]] | None = None,
     ) -> None:
         self.portfolio = portfolio
         self.catalog = catalog
         self.ready = ready
+        self.scores = scores
+
+    def _scorers(self, workload: str) -> list[tuple[float, str]] | None:
+        """(score, model) best first, or None when the profiles are not known here."""
+        if self.scores is None:
+            return None
+        rows = [
+            (float(ws.get(workload, 0.0)), model)
+            for model, ws in self.scores().items()
+            if float(ws.get(workload, 0.0)) > 0
+        ]
+        return sorted(rows, key=lambda row: (-row[0], row[1]))
 
     def decide(self, endpoint: str, payload: dict[str, Any], modality: str) -> UnboundDecision:
         workload = classify_workload(self.catalog(), endpoint, modality, request_text(payload))
+        scorers = self._scorers(workload)
+        if scorers == []:
+            return UnboundDecision(
+                workload,
+                None,
+                "infeasible",
+                f"no configured model scores workload {workload}",
+                retry=False,
+            )
         result = self.portfolio()
-        if result is None:
-            return UnboundDecision(workload, None, "awaiting-plan", "no plan yet")
-        row = next((r for r in result.admission if r.workload == workload), None)
-        chosen = dict(result.mapping).get(workload)
+        row = (
+            next((r for r in result.admission if r.workload == workload), None) if result else None
+        )
+        chosen = dict(result.mapping).get(workload) if result else None
         state = row.state.value if row is not None else "awaiting-plan"
-        reason = row.reason if row is not None else "first request of this workload"
+        reason = row.reason if row is not None else "no plan for this workload yet"
         if chosen is not None and self.ready(chosen):
             return UnboundDecision(workload, chosen, state, reason)
+        for score, model in scorers or []:
+            if self.ready(model):
+                return UnboundDecision(
+                    workload, model, "ready", f"{model} is ready and scores {workload} {score:g}"
+                )
         return UnboundDecision(workload, None, state, reason)
 
 
@@ -138,18 +173,25 @@ async def forward_unbound(
 
 
 def unavailable(decision: UnboundDecision) -> JSONResponse:
-    message = (
-        f"no model is ready for workload '{decision.workload}' yet "
-        f"(admission {decision.state}: {decision.reason})"
-    )
+    if decision.retry:
+        message = (
+            f"no model is ready for workload '{decision.workload}' yet "
+            f"(admission {decision.state}: {decision.reason})"
+        )
+    else:
+        message = (
+            f"workload '{decision.workload}' cannot be served: {decision.reason}; add "
+            f"workload_scores.{decision.workload} to a ModelProfile, or name a model"
+        )
     body = {
         "error": {
             "message": message,
             "type": "service_unavailable",
             "param": "model",
-            "code": "workload_not_ready",
+            "code": "workload_not_ready" if decision.retry else "workload_infeasible",
             "workload": decision.workload,
             "admission_state": decision.state,
         }
     }
-    return JSONResponse(body, status_code=503, headers={"Retry-After": "5"})
+    headers = {"Retry-After": "5"} if decision.retry else {}
+    return JSONResponse(body, status_code=503, headers=headers)

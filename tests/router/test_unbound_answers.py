@@ -1,0 +1,85 @@
+"""Unbound ("model": "auto") requests are answered at once when they can be, and refused at
+once when no configured model could ever serve them: the real controller and router in-process,
+the embedded default's own profile and workload catalog."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gridctl.controller.serving import ControllerService, ServiceOptions
+from tests.controller.simnodes import GEMMA_SHA, SimNode
+from tests.controller.test_http_flow import POLICY, Clock, converge, engine_handler
+
+ROOT = Path(__file__).resolve().parents[2]
+GENERAL = {"model": "auto", "messages": [{"role": "user", "content": "Say hello"}]}
+CODING = {"model": "auto", "messages": [{"role": "user", "content": "fix this python bug"}]}
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Any:
+    watch = tmp_path / "policies"
+    watch.mkdir()
+    gemma = (ROOT / "policies" / "models" / "gemma-3-270m.yaml").read_text(encoding="utf-8")
+    (watch / "gemma.yaml").write_text(gemma)
+    (watch / "policy.yaml").write_text(POLICY)
+    (watch / "workloads.yaml").write_text((ROOT / "policies" / "workloads.yaml").read_text())
+    clock = Clock()
+    svc = ControllerService(
+        ServiceOptions(
+            state_dir=tmp_path / "state",
+            watch_dir=watch,
+            clock=clock,
+            upstream_transport=httpx.MockTransport(engine_handler),
+        )
+    )
+    app = svc.build_app()
+    svc.start_ticking()
+    yield svc, app, clock
+    svc.stop_ticking()
+
+
+@pytest.mark.anyio
+async def test_first_general_request_is_answered_by_the_ready_baseline(service: Any) -> None:
+    svc, app, clock = service
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://ctl"
+    ) as client:
+        node = SimNode.for_controller(
+            svc.options.state_dir, "local-1", client, clock, cached={"gemma-3-270m": GEMMA_SHA}
+        )
+        assert (await node.register()).status_code == 200
+        await converge(svc, [node], rounds=6)
+        status = (await client.get("/allocator/status")).json()
+        assert [m["ready"] for m in status["models"]] == [1], status["models"]
+        # no unbound request was seen before this one: no workload evidence at all
+        served = await client.post("/v1/chat/completions", json=GENERAL)
+        assert served.status_code == 200, served.text
+        assert served.json()["model"] == "gemma-3-270m"
+
+
+@pytest.mark.anyio
+async def test_a_workload_no_profile_scores_is_refused_at_once(service: Any) -> None:
+    svc, app, clock = service
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://ctl"
+    ) as client:
+        node = SimNode.for_controller(
+            svc.options.state_dir, "local-1", client, clock, cached={"gemma-3-270m": GEMMA_SHA}
+        )
+        assert (await node.register()).status_code == 200
+        await converge(svc, [node], rounds=6)
+        started = time.monotonic()
+        refused = await client.post("/v1/chat/completions", json=CODING)
+        elapsed = time.monotonic() - started
+        assert refused.status_code == 503, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "workload_infeasible"
+        assert error["admission_state"] == "infeasible"
+        assert "no configured model scores workload coding" in error["message"]
+        assert "retry-after" not in refused.headers  # retrying cannot help
+        print(f"infeasible answer in {elapsed * 1000:.1f} ms")
