@@ -95,3 +95,20 @@ def test_migrate_refuses_a_password_in_the_url_and_a_missing_source(
     url = "postgresql://gridctl@127.0.0.1:1/x"
     assert main(["state", "migrate", "--from", str(tmp_path), "--to", url]) == 1
     assert "no controller.sqlite3" in capsys.readouterr().err
+
+
+def test_controller_store_flags_are_checked_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = ["controller", "--state", str(tmp_path / "state"), "--listen", "127.0.0.1:1"]
+    assert main([*state, "--store", "postgresql://gridctl:hunter2@127.0.0.1:1/x"]) == 1
+    assert "password" in capsys.readouterr().err
+    assert main([*state, "--store-password-file", str(tmp_path / "pw")]) == 1
+    assert "needs --store" in capsys.readouterr().err
+    missing = ["--store", "postgresql://gridctl@127.0.0.1:1/x", "--store-password-file", "/nope"]
+    assert main([*state, *missing]) == 1
+    assert "no such file" in capsys.readouterr().err
+    (tmp_path / "pw").write_text("secret\n")
+    down = ["--store", "postgresql://gridctl@127.0.0.1:1/x", "--store-password-file"]
+    assert main([*state, *down, str(tmp_path / "pw")]) == 1
+    assert "unreachable" in capsys.readouterr().err
