@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -59,10 +60,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.set_defaults(func=run)
 
 
-def load_observations(path: str | Path, catalog: WorkloadCatalog) -> list[RequestFeatures]:
-    """Every observation in ``path``; a malformed line raises ``WireError`` naming it."""
+def load_observations(
+    path: str | Path, catalog: WorkloadCatalog, max_bytes: int | None = None
+) -> list[RequestFeatures]:
+    """Every observation in ``path``; a malformed line raises ``WireError`` naming it.
+
+    A file larger than ``max_bytes`` (the policy's ``trace_max_bytes``) is refused
+    before it is read."""
     check = validator(OBSERVATION_SCHEMA)
     rows: list[RequestFeatures] = []
+    size = os.stat(path).st_size
+    if max_bytes is not None and size > max_bytes:
+        raise WireError(f"observations are {size} bytes; trace_max_bytes is {max_bytes}", "file")
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
             if number > MAX_OBSERVATION_LINES:
@@ -93,7 +102,8 @@ def observation_portfolio(
     desired: DesiredState, snapshot: FleetSnapshot, path: str | Path
 ) -> PortfolioResult:
     """The portfolio for ``snapshot`` with demand learned from ``path`` (at snapshot.now)."""
-    learner = learn(desired, load_observations(path, desired.catalog))
+    rows = load_observations(path, desired.catalog, desired.policy.trace_max_bytes)
+    learner = learn(desired, rows)
     picture = learner.picture(snapshot.now)
     inputs = inputs_from_picture(
         desired.profiles, snapshot, desired.policy, picture, desired.catalog
@@ -171,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
             print(issue.render(), file=sys.stderr)
         return 1
     try:
-        rows = load_observations(args.observations, desired.catalog)
+        rows = load_observations(args.observations, desired.catalog, desired.policy.trace_max_bytes)
     except (OSError, WireError) as exc:
         print(f"error: {args.observations}: {exc}", file=sys.stderr)
         return 1

@@ -389,6 +389,7 @@ class ControllerService:
                 endpoints_of=self._endpoints_of,
                 tap=self.tap,
                 client=upstream,
+                policy=self.controller.policy,
             )
         )
         self.router = router

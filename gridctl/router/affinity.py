@@ -16,12 +16,13 @@ HEADER = "x-grid-affinity-key"
 MAX_KEY_BYTES = 256
 
 
-def hash_key(raw: str | None) -> bytes | None:
-    """The digest of a valid key, or None (absent, too long, or not printable)."""
+def hash_key(raw: str | None, max_bytes: int = MAX_KEY_BYTES) -> bytes | None:
+    """The digest of a valid key, or None (absent, longer than ``max_bytes`` — the
+    policy's ``affinity_key_max_bytes`` — or not printable)."""
     if not raw:
         return None
     encoded = raw.encode("utf-8", errors="strict")
-    if len(encoded) > MAX_KEY_BYTES or not raw.isprintable():
+    if len(encoded) > max_bytes or not raw.isprintable():
         return None
     return hashlib.sha256(b"gridctl-affinity\0" + encoded).digest()
 

@@ -93,6 +93,8 @@ class Attribution:
     def configure(self, full_samples: int) -> None:
         """Follow the policy's confidence ramp; existing estimators keep their samples."""
         full = max(1, int(full_samples))
+        if full == self.full_samples:
+            return
         with self._lock:
             self.full_samples = full
             for engine in self._engines.values():

@@ -1,8 +1,11 @@
 """Private per-engine, per-model circuit breakers for outcomes the proxy observes.
 
-A 429 opens a one-second cooldown at once. Two consecutive transport or 5xx
-failures open the circuit with exponential backoff (1 s, 2 s, 4 s ... capped at
-30 s). When the backoff expires exactly one half-open probe is let through; a
+A 429 opens a cooldown at once (``circuit_rate_limit_open_seconds``, one
+second by default). ``circuit_failure_threshold`` consecutive transport or 5xx
+failures (two by default) open the circuit with exponential backoff (1 s, 2 s,
+4 s ... capped at ``circuit_backoff_max_seconds``, 30 s by default); the
+tunables are read from the controller policy in force at each outcome.
+When the backoff expires exactly one half-open probe is let through; a
 2xx resets everything, another failure reopens with a doubled backoff. A
 caller-caused 4xx never counts. Circuit state is memory only: it is never
 persisted, never changes inventory and grants no lifecycle authority. The
@@ -58,11 +61,25 @@ def _record_opening(model: str, host: str) -> None:
         log.debug("circuit metric failed", exc_info=True)
 
 
+@dataclass(frozen=True)
+class BreakerTunables:
+    """The controller policy's circuit tunables."""
+
+    rate_limit_open_seconds: float = RATE_LIMIT_SECONDS
+    failure_threshold: int = FAILURES_TO_OPEN
+    backoff_max_seconds: float = MAX_BACKOFF_SECONDS
+
+
 class Breakers:
     """All circuits of one router; thread-safe, clock injected."""
 
-    def __init__(self, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        tunables: Callable[[], BreakerTunables] = BreakerTunables,
+    ) -> None:
         self._clock = clock
+        self._tunables = tunables
         self._lock = threading.Lock()
         self._circuits: dict[CircuitKey, Circuit] = {}
 
@@ -105,6 +122,7 @@ class Breakers:
         """Record the outcome of a request admitted on ``key`` (``None`` = transport error)."""
         kind = outcome_kind(status)
         opened = False
+        tunables = self._tunables()
         with self._lock:
             circuit = self._circuit(key)
             was_probe, circuit.probing = circuit.probing, False
@@ -112,13 +130,15 @@ class Breakers:
             if kind == "ok":
                 self._circuits[key] = Circuit()
             elif kind == "rate_limited":
-                circuit.open_until = max(circuit.open_until, now + RATE_LIMIT_SECONDS)
+                cooldown = tunables.rate_limit_open_seconds
+                circuit.open_until = max(circuit.open_until, now + cooldown)
                 circuit.probe_allowed = True
                 opened = True
             elif kind == "failure":
                 circuit.streak += 1
-                if circuit.streak >= FAILURES_TO_OPEN or was_probe:
-                    backoff = min(MAX_BACKOFF_SECONDS, BASE_BACKOFF_SECONDS * 2.0**circuit.openings)
+                if circuit.streak >= tunables.failure_threshold or was_probe:
+                    growth = BASE_BACKOFF_SECONDS * 2.0 ** min(circuit.openings, 64)
+                    backoff = min(tunables.backoff_max_seconds, growth)
                     circuit.openings += 1
                     circuit.open_until = now + backoff
                     circuit.probe_allowed = True

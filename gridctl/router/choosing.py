@@ -32,7 +32,7 @@ from gridctl.controller.registry import EngineRoute
 from gridctl.router.affinity import rendezvous_pick
 from gridctl.router.attribution import NO_ESTIMATE, Estimate
 
-AFFINITY_SLACK = 1.2
+AFFINITY_SLACK = 0.2  # a fraction of the best estimate
 NOMINAL_LATENCY = 1.0
 MAX_TOKEN_HINT = 1_000_000
 
@@ -138,15 +138,19 @@ def choose(
     *,
     tokens: int | None = None,
     affinity: bytes | None = None,
+    affinity_slack: float = AFFINITY_SLACK,
 ) -> EngineRoute | None:
-    """The route for one request, or None when no route is admissible."""
+    """The route for one request, or None when no route is admissible.
+
+    An affinity key may pick any route within ``affinity_slack`` (the policy's
+    ``affinity_route_slack``, a fraction) of the best estimate."""
     open_routes = [c for c in candidates if c.admissible]
     if not open_routes:
         return None
     best_class = min(c.route.protection_class for c in open_routes)
     ranked = score([c for c in open_routes if c.route.protection_class == best_class], tokens)
     if affinity is not None and len(ranked) > 1:
-        bound = ranked[0].estimate_seconds * AFFINITY_SLACK
+        bound = ranked[0].estimate_seconds * (1.0 + max(0.0, affinity_slack))
         near = {s.candidate.engine_id: s for s in ranked if s.estimate_seconds <= bound}
         picked = rendezvous_pick(affinity, sorted(near))
         if picked is not None:

@@ -26,9 +26,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from gridctl.controller.registry import EngineRoute, Registry
+from gridctl.domain import ControllerPolicy
 from gridctl.router import affinity
 from gridctl.router.attribution import Attribution
-from gridctl.router.breakers import Breakers, CircuitKey
+from gridctl.router.breakers import Breakers, BreakerTunables, CircuitKey
 from gridctl.router.choosing import Candidate, choose, token_hint
 from gridctl.router.features import RequestFeatures, request_features
 from gridctl.router.sse import UsageParser, completion_tokens
@@ -40,6 +41,7 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 HOP_HEADERS = {"content-type", "accept"}
 ADMISSION_WAIT_SECONDS = 30.0
 MAX_WAITING_PER_MODEL = 512
+DEFAULT_POLICY = ControllerPolicy()
 CLIENT_GONE = 499  # neutral for the breaker: the caller left, not the engine's fault
 
 
@@ -64,6 +66,8 @@ class RouterContext:
     monotonic: Callable[[], float] = field(default=time.monotonic)
     # the endpoints a configured model's replicas serve (None: not known, not checked)
     endpoints_of: Callable[[str], tuple[str, ...] | None] | None = None
+    # the controller policy in force: circuit, attribution and affinity tunables
+    policy: Callable[[], ControllerPolicy] = field(default=lambda: DEFAULT_POLICY)
 
 
 def circuit_key(route: EngineRoute) -> CircuitKey:
@@ -73,12 +77,25 @@ def circuit_key(route: EngineRoute) -> CircuitKey:
 class Router:
     def __init__(self, context: RouterContext) -> None:
         self.ctx = context
-        self.breakers = context.breakers or Breakers(context.clock)
+        self.breakers = context.breakers or Breakers(context.clock, self.breaker_tunables)
         self.attribution = context.attribution or Attribution(context.clock)
         self._freed: asyncio.Event | None = None
         self._freed_loop: asyncio.AbstractEventLoop | None = None
         self._waiting: dict[str, int] = {}
         self.unbound: UnboundDirectory | None = None  # set by the controller service
+
+    def breaker_tunables(self) -> BreakerTunables:
+        policy = self.ctx.policy()
+        return BreakerTunables(
+            policy.circuit_rate_limit_open_seconds,
+            policy.circuit_failure_threshold,
+            policy.circuit_backoff_max_seconds,
+        )
+
+    def affinity_digest(self, request: Request) -> bytes | None:
+        """The hashed affinity key, within the policy's ``affinity_key_max_bytes``."""
+        limit = self.ctx.policy().affinity_key_max_bytes
+        return affinity.hash_key(request.headers.get(affinity.HEADER), limit)
 
     def routes(self) -> list[Route]:
         return [
@@ -128,7 +145,7 @@ class Router:
         stream = bool(payload.get("stream", False))
         now = self.ctx.clock()
         features = request_features(endpoint, payload, len(body))
-        session = affinity.hash_key(request.headers.get(affinity.HEADER))
+        session = self.affinity_digest(request)
         queued = self._waiting.get(model, 0)
         waited = [0.0]
 
@@ -209,8 +226,12 @@ class Router:
         self, model: str, tokens: int | None, session: bytes | None
     ) -> EngineRoute | None:
         """Choose and claim a slot in one step (no await in between, so no race)."""
+        slack = self.ctx.policy().affinity_route_slack
+        self.attribution.configure(self.ctx.policy().attribution_full_samples)
         for _ in range(4):  # a lost half-open probe race re-chooses
-            route = choose(self._candidates(model), tokens=tokens, affinity=session)
+            route = choose(
+                self._candidates(model), tokens=tokens, affinity=session, affinity_slack=slack
+            )
             if route is None:
                 return None
             if self.breakers.admit(circuit_key(route)):

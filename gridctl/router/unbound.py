@@ -139,7 +139,7 @@ async def forward_unbound(
     ctx = router.ctx
     features = request_features(endpoint, payload, body_size)
     decision = directory.decide(endpoint, payload, features.modality)
-    session = affinity.hash_key(request.headers.get(affinity.HEADER))
+    session = router.affinity_digest(request)
 
     def observe(outcome: str, status: int, host: str | None, units_out: int = 0) -> None:
         ctx.tap.emit(

@@ -163,3 +163,24 @@ def test_forecast_names_the_bad_line(tmp_path: Path, capsys: pytest.CaptureFixtu
     )
     assert main(["forecast", str(EXAMPLE / "desired"), "--observations", str(trace)]) == 1
     assert "line 1" in capsys.readouterr().err
+
+
+def test_forecast_refuses_observations_over_the_policys_trace_limit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    desired = tmp_path / "desired"
+    desired.mkdir()
+    for name in ("models.yaml", "workloads.yaml"):
+        (desired / name).write_text((EXAMPLE / "desired" / name).read_text(encoding="utf-8"))
+    trace = EXAMPLE / "trace.jsonl"
+    argv = ["forecast", str(desired), "--observations", str(trace), "--json"]
+    assert main(argv) == 0
+    capsys.readouterr()
+    limit = trace.stat().st_size - 1
+    (desired / "policy.yaml").write_text(
+        "apiVersion: gridctl/v1\nkind: ControllerPolicy\nmetadata: {name: p}\n"
+        f"spec: {{trace_max_bytes: {limit}}}\n",
+        encoding="utf-8",
+    )
+    assert main(argv) == 1
+    assert f"trace_max_bytes is {limit}" in capsys.readouterr().err
