@@ -677,6 +677,8 @@ class Controller:
         target = dict(plan.targets).get(model_id, 0) if plan else 0
         if target <= 0:
             return None
+        if plan and any(p.model_id == model_id and p.host_id == host_id for p in plan.preemptions):
+            return None  # an explicit preemption: the victim drains first (invariant 3)
         serving = self.registry.routable(model_id, now)
         if not any(route.host_id == host_id for route in serving):
             return None  # not a serving replica: removing it takes no capacity away

@@ -8,9 +8,12 @@ and issuing nothing. ``gridctl plan --against SNAPSHOT.json`` builds the same
 document from a frozen snapshot with an empty memory.
 
 The document also carries the plan's inputs as readable lines per input and a
-digest of each. They cover everything ``compute_tick`` reads except the clock
-(exact values, no buckets), so ``gridctl apply`` can name what moved; apply
-additionally re-runs the decision and refuses when the actions differ.
+digest of each. They cover what ``compute_tick`` reads except the clock, with
+exact values and no buckets, so ``gridctl apply`` can name what moved. Three
+continuously measured host quantities — free disk, measured throughput and
+latency — drift on an idle fleet by amounts no decision sees, so they are judged
+by their effect instead: apply re-runs the decision on the live inputs and
+refuses when any action differs, which no material change can slip past.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from gridctl.controller.ticking import TickInputs, TickOutcome, compute_tick
@@ -67,10 +71,15 @@ def _host_lines(snapshot: FleetSnapshot) -> tuple[list[str], list[str]]:
     hosts, residencies = [], []
     for host in snapshot.hosts:
         res = host.resources
+        declared = replace(  # measured quantities are judged by effect: see the docstring
+            res, disk_free_mb=None, measured_tokens_per_second=None, measured_latency_ms=None
+        )
+        disk = "disk unknown" if res.disk_free_mb is None else "disk reported"
         hosts.append(
             f"{host.host_id} {host.kind} {host.state.value} "
-            f"{res.capacity_mb - res.reserved_mb} MB usable "
-            f"(resources {_digest(canonical_text(res))}, failures {list(host.failed_attempts)})"
+            f"{res.capacity_mb - res.reserved_mb} MB usable, {disk} "
+            f"(resources {_digest(canonical_text(declared))}, "
+            f"failures {list(host.failed_attempts)})"
         )
         for r in host.residencies:
             sha = (r.artifact_sha256 or "-")[:12]

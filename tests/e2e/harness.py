@@ -283,6 +283,7 @@ class ApiFleet(Fleet):
     """
 
     node_processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    controller_args: list[str] = field(default_factory=list)  # e.g. --repo URL, --watch DIR
 
     def start(self, machines: int = 2, command: list[str] | None = None) -> None:
         from gridctl.credentials import (
@@ -305,6 +306,7 @@ class ApiFleet(Fleet):
                 str(controller_dir),
                 "--listen",
                 f"127.0.0.1:{self.port}",
+                *self.controller_args,
             ],
             cwd=ROOT,
             stdout=self.log_path.open("wb"),
