@@ -104,7 +104,8 @@ async def test_a_host_joining_makes_a_plan_stale(tmp_path: Path) -> None:
         moved = {row["input"]: row for row in refused.json()["error"]["moved"]}
         assert sorted(moved) == ["hosts"]
         (line,) = moved["hosts"]["added"]
-        assert line.startswith("local-2 managed accepting 2048 MB usable, disk reported (resources ")
+        expected = "local-2 managed accepting 2048 MB usable, disk reported (resources "
+        assert line.startswith(expected)
 
 
 async def test_watched_controller_applies_only_its_own_revision(tmp_path: Path) -> None:
