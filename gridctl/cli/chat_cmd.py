@@ -1,14 +1,23 @@
-"""``gridctl chat``: a small OpenAI-compatible client for the router."""
+"""``gridctl chat``: a small OpenAI-compatible client for the router.
+
+It talks to the current context's controller (or ``--controller``), verifies an
+https one with the context's CA, and suggests the nearest model id when the
+router does not know the one given.
+"""
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import sys
+from typing import Any
 
 import httpx
 
-from gridctl.client import default_controller_url
+from gridctl import contexts
+from gridctl.client import add_ca_file_argument
+from gridctl.transport import verify_setting
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -19,33 +28,46 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "router's reason when the model has no ready replica.",
     )
     parser.add_argument("prompt", help="the message to send")
-    parser.add_argument("-m", "--model", required=True, help="model id (see GET /v1/models)")
-    parser.add_argument("--controller", metavar="URL", help="controller base URL")
+    parser.add_argument(
+        "-m", "--model", required=True, help="model id (see GET /v1/models), or auto"
+    )
+    parser.add_argument(
+        "--controller", metavar="URL", help="controller base URL (default: the current context)"
+    )
+    add_ca_file_argument(parser)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--stream", action="store_true", help="print tokens as they arrive")
+    parser.add_argument("--json", action="store_true", help="print the whole completion")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds (default 120)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    url = (args.controller or default_controller_url()).rstrip("/") + "/v1/chat/completions"
+    target = contexts.resolve(args.controller, None, args.ca_file)
+    url = target.controller + "/v1/chat/completions"
     body = {
         "model": args.model,
         "messages": [{"role": "user", "content": args.prompt}],
         "max_tokens": args.max_tokens,
-        "stream": args.stream,
+        "stream": args.stream and not args.json,
     }
     try:
-        with httpx.Client(timeout=args.timeout) as client:
-            if not args.stream:
+        verify = verify_setting(target.controller, target.ca_file)
+        with httpx.Client(timeout=args.timeout, verify=verify) as client:
+            if not body["stream"]:
                 response = client.post(url, json=body)
                 if response.status_code != 200:
-                    return _fail(response.status_code, response.text)
-                print(response.json()["choices"][0]["message"]["content"])
+                    return _fail(client, target, args.model, response.status_code, response.text)
+                answer = response.json()
+                if args.json:
+                    print(json.dumps(answer, indent=2))
+                else:
+                    print(answer["choices"][0]["message"]["content"])
                 return 0
             with client.stream("POST", url, json=body) as response:
                 if response.status_code != 200:
-                    return _fail(response.status_code, response.read().decode(errors="replace"))
+                    text = response.read().decode(errors="replace")
+                    return _fail(client, target, args.model, response.status_code, text)
                 for line in response.iter_lines():
                     if not line.startswith("data:") or line.strip() == "data: [DONE]":
                         continue
@@ -55,15 +77,37 @@ def run(args: argparse.Namespace) -> int:
                         sys.stdout.flush()
                 print()
                 return 0
-    except httpx.HTTPError as exc:
-        print(f"error: cannot reach {url}: {exc}", file=sys.stderr)
-        return 1
+    except (httpx.HTTPError, OSError) as exc:
+        print(
+            f"error: cannot reach {url}: {type(exc).__name__}: {exc}; is it running? "
+            f"({target.describe()})",
+            file=sys.stderr,
+        )
+        return 2
 
 
-def _fail(status: int, text: str) -> int:
+def _models(client: httpx.Client, base: str) -> list[str]:
+    try:
+        data: Any = client.get(base + "/v1/models").json()
+        return sorted(str(m["id"]) for m in data.get("data", []))
+    except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError):
+        return []
+
+
+def _fail(client: httpx.Client, target: contexts.Target, model: str, status: int, text: str) -> int:
     try:
         message = json.loads(text)["error"]["message"]
     except (ValueError, KeyError, TypeError):
-        message = text
-    print(f"error: HTTP {status}: {message}", file=sys.stderr)
+        message = text.strip()
+    hint = ""
+    if status == 404:
+        known = _models(client, target.controller)
+        near = difflib.get_close_matches(model, known, n=1, cutoff=0.5)
+        if near:
+            hint = f"; did you mean {near[0]}?"
+        elif known:
+            hint = f"; known models: {', '.join(known)}"
+    print(
+        f"error: HTTP {status}: {message}{hint} (controller {target.controller})", file=sys.stderr
+    )
     return 1

@@ -1,0 +1,240 @@
+"""A newcomer's first hour on real processes: `scripts/up --port P --state-dir D` in the
+background, then the README's tour with no flags at all (the context `up` recorded finds the
+fleet), "model": "auto" answered or refused at once, an invalid commit shown with file, line
+and pointer in plain `gridctl status`, bad token files as one line, a second `up` on the same
+port refused fast, and a drain that cannot complete saying so (then forced)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from openai import APIStatusError, OpenAI
+
+from tests.e2e.harness import ROOT, DesiredRepo, Fleet, free_port, wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+GEMMA = "gemma-3-270m"
+GEMMA_FILE = "models/gemma-3-270m.yaml"
+
+
+def gridctl(
+    *argv: str, check: bool = True, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """The CLI as an operator types it: no GRIDCTL_CONTROLLER / GRIDCTL_TOKEN_FILE in sight."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in ("GRIDCTL_CONTROLLER", "GRIDCTL_TOKEN_FILE", "GRIDCTL_CA_FILE", "GRIDCTL_CONTEXT")
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "gridctl", *argv],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    assert "Traceback" not in done.stderr, done.stderr
+    if check:
+        assert done.returncode == 0, (argv, done.stdout, done.stderr)
+    return done
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[Fleet]:
+    """The embedded default's own policies, as a git repository, on one logical host."""
+    repo_dir = tmp_path / "desired"
+    shutil.copytree(ROOT / "policies", repo_dir)
+    repo = DesiredRepo.__new__(DesiredRepo)
+    repo.path = repo_dir
+    repo.git("init", "-q")
+    repo.commit("the embedded default")
+    fleet = Fleet(
+        repo=repo,
+        state_dir=tmp_path / "state",
+        port=free_port(),
+        engine_port_base=31000 + (os.getpid() % 80) * 100,
+    )
+    fleet.start(machines=1, command=[str(ROOT / "scripts" / "up")])
+    yield fleet
+    fleet.stop()
+
+
+def routable_gemma(fleet: Fleet) -> None:
+    try:
+        wait_for("gemma routable", lambda: fleet.routable(GEMMA), deadline=300)
+    except AssertionError:
+        print(fleet.log())
+        raise
+
+
+def second_up_on_the_same_port(fleet: Fleet, tmp_path: Path) -> None:
+    other = tmp_path / "other-state"
+    started = time.monotonic()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gridctl",
+            "up",
+            "--port",
+            str(fleet.port),
+            "--state-dir",
+            str(other),
+            "--watch",
+            str(fleet.repo.path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    elapsed = time.monotonic() - started
+    print(f"second up refused in {elapsed:.2f}s")
+    assert done.returncode != 0 and elapsed < 10
+    assert "address already in use" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    left = [
+        p.pid
+        for p in psutil.process_iter(["cmdline"])
+        if any(str(other) in part for part in (p.info.get("cmdline") or []))
+    ]
+    assert left == []
+    # the first fleet is untouched, and its context still current
+    assert fleet.status()["mode"]["effective"] == "automatic"
+    assert json.loads(gridctl("context", "show", "--json").stdout)["controller"] == fleet.url
+
+
+def test_the_readme_tour_through_the_context(fleet: Fleet, tmp_path: Path) -> None:
+    routable_gemma(fleet)
+    second_up_on_the_same_port(fleet, tmp_path)
+    up_log = fleet.log_path.read_text() if fleet.log_path else ""
+    assert "context: local-" in up_log and "export GRIDCTL_CONTROLLER=" in up_log, up_log
+
+    # the context `up` recorded is current, and names this fleet's URL and token file
+    shown = json.loads(gridctl("context", "show", "--json").stdout)
+    assert shown["controller"] == fleet.url
+    assert shown["token_file"] == str(fleet.state_dir / "controller" / "operator.token")
+    assert shown["node_state_dirs"] == {"local-1": str(fleet.state_dir / "local-1")}
+
+    # the README's short tour, verbatim
+    started = time.monotonic()
+    hello = gridctl("chat", "-m", GEMMA, "Say hello")
+    assert hello.stdout.strip()
+    status = gridctl("status").stdout
+    assert GEMMA in status and "local-1" in status and "mode: automatic" in status
+    doc = json.loads(gridctl("status", "--json").stdout)
+    assert doc["mode"]["effective"] == "automatic"
+    assert "mode is now recommend" in gridctl("mode", "recommend", "--reason", "review").stdout
+    assert gridctl("mode").stdout.startswith("mode: recommend (operator override")
+    assert "mode is now automatic" in gridctl("mode", "--clear").stdout
+    assert json.loads(gridctl("mode", "--json").stdout)["effective"] == "automatic"
+    assert json.loads(gridctl("tick", "--json").stdout)["ok"] is True
+    diff = gridctl("diff", check=False)
+    assert diff.returncode in (0, 1) and GEMMA in diff.stdout
+    node = json.loads(gridctl("node", "status", "--host", "local-1", "--json").stdout)
+    assert node["host_id"] == "local-1" and node["daemon"]["running"] is True
+    typo = gridctl("chat", "-m", "gemma-3-27m", "hi", check=False)
+    assert typo.returncode == 1 and f"did you mean {GEMMA}?" in typo.stderr
+    print(f"tour of 12 commands in {time.monotonic() - started:.1f}s")
+
+    # "model": "auto": the first general request is answered by the ready baseline ...
+    client = OpenAI(base_url=fleet.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    reply = client.chat.completions.create(
+        model="auto", messages=[{"role": "user", "content": "Say hello"}], max_tokens=8
+    )
+    assert reply.model == GEMMA
+    # ... and a workload no profile scores (coding) is refused at once, saying so
+    started = time.monotonic()
+    with pytest.raises(APIStatusError) as refused:
+        client.chat.completions.create(
+            model="auto", messages=[{"role": "user", "content": "fix this python bug"}]
+        )
+    elapsed = time.monotonic() - started
+    assert refused.value.status_code == 503
+    assert "no configured model scores workload coding" in refused.value.message
+    print(f"coding refused in {elapsed * 1000:.0f} ms")
+
+    # a bad token file: one line naming the file; a stale one: the 401 names it too
+    loose = tmp_path / "loose.token"
+    loose.write_text("x" * 43 + "\n")
+    loose.chmod(0o644)
+    bad = gridctl("mode", "recommend", "--token-file", str(loose), check=False)
+    assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and str(loose) in bad.stderr
+    stale = tmp_path / "stale.token"
+    stale.write_text("s" * 43 + "\n")
+    stale.chmod(0o600)
+    rejected = gridctl("tick", "--token-file", str(stale), check=False)
+    assert rejected.returncode == 1 and "401" in rejected.stderr and str(stale) in rejected.stderr
+    assert rejected.stderr.count("\n") == 1
+
+    # an invalid commit: plain status shows FILE:LINE:COL: Kind/name: /pointer: message
+    profile = fleet.repo.path / GEMMA_FILE
+    good = profile.read_text()
+    profile.write_text(good.replace("memory_mb: 640", "memory_mb: lots"))
+    bad_commit = fleet.repo.commit("memory in words")
+    line = good.splitlines().index("  memory_mb: 640") + 1
+
+    def shows_rejection() -> str | None:
+        out = gridctl("status").stdout
+        return out if bad_commit[:12] in out and "rejected" in out else None
+
+    out = wait_for("rejection in plain status", shows_rejection, deadline=60)
+    expected = f"{GEMMA_FILE}:{line}:"
+    assert any(
+        expected in row and f"ModelProfile/{GEMMA}: /spec/memory_mb:" in row
+        for row in out.splitlines()
+    ), out
+    wait_for(
+        "rejection in the up log",
+        lambda: f"ModelProfile/{GEMMA}: /spec/memory_mb" in fleet.log_path.read_text(),  # type: ignore[union-attr]
+        deadline=30,
+    )
+    profile.write_text(good)
+    fleet.repo.commit("memory back in MB")
+
+
+def test_drain_of_the_last_replica_says_why_then_force_drains(fleet: Fleet) -> None:
+    routable_gemma(fleet)
+    plain = gridctl("node", "drain", "--host", "local-1")
+    assert "drain of local-1 cannot complete" in plain.stdout, plain.stdout
+    assert f"last ready replica of {GEMMA}" in plain.stdout
+    assert "it is the only host in the fleet" in plain.stdout
+    wait_for(
+        "local-1 draining",
+        lambda: [h for h in fleet.status()["hosts"] if h["state"] == "draining"],
+        deadline=60,
+    )
+    # the last replica stays loaded (no new work is routed to a draining host)
+    assert [r["state"] for r in fleet.live_copies(GEMMA)] == ["ready"]
+    forced = json.loads(
+        gridctl("node", "drain", "--host", "local-1", "--force", "--yes", "--json").stdout
+    )
+    assert forced["forced"] is True and GEMMA in forced["stopped"]
+    assert forced["shortfall"] == [{"model_id": GEMMA, "ready": 0, "wanted": 1, "shortfall": 1}]
+    wait_for(
+        "gemma no longer ready",
+        lambda: all(r["state"] != "ready" for r in fleet.live_copies(GEMMA)),
+        deadline=60,
+    )
+
+    def short_in_status() -> str | None:
+        out = gridctl("status").stdout
+        rows = [r for r in out.splitlines() if r.startswith(GEMMA)]
+        return out if rows and rows[0].split()[3:5] == ["0", "1"] else None
+
+    print(wait_for("shortfall in plain status", short_in_status, deadline=60))
