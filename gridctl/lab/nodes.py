@@ -31,6 +31,7 @@ from gridctl.lab.fleets import LabHost
 from gridctl.reconcile import FencedCommand, NodeFenceState, admit_command
 
 THROTTLE_DERATE = 0.6
+ACTIVITY_MB = 4096  # memory an active laptop owner's own applications take
 
 
 @dataclass
@@ -90,7 +91,9 @@ class SimNode:
         self.busy_until = now
         self.receipts: list[Receipt] = []
         self.up = True
-        self.throttled = False
+        self.throttled = False  # thermal
+        self.active = False  # the owner is using the laptop: local apps take memory
+        self.on_battery = False  # unplugged: paused, no new work
         self.last_heartbeat: float | None = None
 
     @property
@@ -103,10 +106,18 @@ class SimNode:
 
     # -- physics -------------------------------------------------------------------
 
+    def external_mb(self) -> int:
+        return self.host.spec.resources.external_mb + (ACTIVITY_MB if self.active else 0)
+
+    def state(self) -> HostState:
+        if self.on_battery:
+            return HostState.PAUSED
+        return HostState.THROTTLED if self.throttled or self.active else HostState.ACCEPTING
+
     def capacity_mb(self) -> int:
         res = self.host.spec.resources
         derate = THROTTLE_DERATE if self.throttled else 1.0
-        return max(0, int(res.capacity_mb * derate) - res.reserved_mb - res.external_mb)
+        return max(0, int(res.capacity_mb * derate) - res.reserved_mb - self.external_mb())
 
     def used_mb(self) -> int:
         return sum(r.memory_mb for r in self.residencies.values())
@@ -281,6 +292,7 @@ class SimNode:
         resources = replace(
             res,
             thermal_derate=THROTTLE_DERATE if self.throttled else 1.0,
+            external_mb=self.external_mb(),
             disk_free_mb=self.disk_free_mb,
         )
         rows = tuple(
@@ -299,7 +311,7 @@ class SimNode:
         return HostSnapshot(
             host_id=self.host_id,
             resources=resources,
-            state=HostState.THROTTLED if self.throttled else HostState.ACCEPTING,
+            state=self.state(),
             last_heartbeat=self.last_heartbeat,
             residencies=rows,
             cached=cached,

@@ -107,7 +107,7 @@ def build_world(config: ScenarioConfig, fleet: Fleet, catalog: WorkloadCatalog) 
     day = curves(config.minutes, config.traces)
     arrivals = generate(users, config.minutes, day, config.seed, START, BASELINE_MODEL)
     digest = trace_digest(a for minute in arrivals for a in minute)
-    events = host_events(tuple(h.host_id for h in hosts), config.minutes)
+    events = host_events(tuple(h.host_id for h in hosts), config.minutes, config.seed)
     profiles = {p.name: p for p in models}
     nodes = [SimNode(h, profiles, START) for h in hosts]
     for node in nodes:
@@ -148,6 +148,13 @@ def _apply_events(
             if active != node.throttled:
                 node.throttled = active
                 notes.append(f"{event.host_id} thermal throttle {'on' if active else 'off'}")
+        elif event.kind in ("activity", "battery"):
+            active = event.start <= minute < event.end
+            attribute = "active" if event.kind == "activity" else "on_battery"
+            if active != getattr(node, attribute):
+                setattr(node, attribute, active)
+                state = "begins" if active else "ends"
+                notes.append(f"{event.host_id} owner {event.kind} {state}")
         elif event.kind == "outage":
             if minute == event.start and node.up:
                 lost = NodeEvents()

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gridctl.lab.rng import Stream
 from gridctl.lab.traces import Trace, trace_curve
 
 WORKLOADS = (
@@ -80,15 +81,21 @@ def curves(minutes: int, traces: Mapping[str, Trace]) -> dict[str, tuple[float, 
 class HostEvent:
     """A physical event on one host over [start, end) minutes."""
 
-    kind: str  # throttle | outage
+    kind: str  # throttle | outage | activity | battery
     host_id: str
     start: int
     end: int
 
 
-def host_events(host_ids: tuple[str, ...], minutes: int) -> tuple[HostEvent, ...]:
+ACTIVITY_SHARE = 0.2  # a laptop's owner works on it for a fifth of the day
+BATTERY = (0.60, 0.75)  # every other laptop is unplugged for this part of the day
+
+
+def host_events(host_ids: tuple[str, ...], minutes: int, seed: int) -> tuple[HostEvent, ...]:
     """The thermal throttle hits the first GPU server, the outage the first office mini
-    (falling back to the last host), each over its phase of the day."""
+    (falling back to the last host), each over its phase of the day. Each laptop's
+    owner is active for a seeded fifth of the day (local apps take memory, the host
+    throttles), and every other laptop runs on battery for a while (paused)."""
 
     def span(phase: tuple[float, float]) -> tuple[int, int]:
         return int(phase[0] * minutes), max(int(phase[0] * minutes) + 1, int(phase[1] * minutes))
@@ -101,4 +108,12 @@ def host_events(host_ids: tuple[str, ...], minutes: int) -> tuple[HostEvent, ...
     victim = next((h for h in managed if h.startswith("mini")), managed[-1] if managed else None)
     if victim is not None and len(managed) > 1:
         events.append(HostEvent("outage", victim, *span(OUTAGE)))
+    stream = Stream(seed, "laptops")
+    laptops = [h for h in managed if h.startswith("laptop")]
+    for index, laptop in enumerate(laptops):
+        length = max(1, int(ACTIVITY_SHARE * minutes))
+        start = stream.below(max(1, minutes - length))
+        events.append(HostEvent("activity", laptop, start, start + length))
+        if index % 2 == 1:
+            events.append(HostEvent("battery", laptop, *span(BATTERY)))
     return tuple(events)

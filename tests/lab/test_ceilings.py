@@ -43,3 +43,36 @@ def test_the_milp_optimum_bounds_the_planner_every_tick() -> None:
     gaps = report["gap_pct_per_tick"]
     assert all(0.0 <= g <= 100.0 for g in gaps)  # type: ignore[union-attr]
     assert report["worst_minute"] in range(8)
+
+
+def test_the_milp_finds_the_packing_a_plan_missed() -> None:
+    """Three 6 GB models with target 1 on one 16 GB host (1 GB reserved): two fit. A plan
+    that placed only one is half the optimum short; the optimum names two."""
+    import highspy
+
+    from gridctl.domain import (
+        Assignment,
+        ControllerPolicy,
+        DemandClass,
+        FleetSnapshot,
+        HostResources,
+        HostSnapshot,
+        ModelProfile,
+        Plan,
+    )
+    from gridctl.lab.optimality import solve_tick
+
+    now = 1_800_000_000.0
+    profiles = {n: ModelProfile(name=n, memory_mb=6144, priority=49) for n in ("a", "b", "c")}
+    host = HostSnapshot(
+        "h1", HostResources(capacity_mb=16384, reserved_mb=1024), last_heartbeat=now
+    )
+    one = Assignment("a", "h1", "llama.cpp", 6144, "demand", DemandClass.DIRECT, 49)
+    plan = Plan("d", now, (("a", 1), ("b", 1), ("c", 1)), (one,), (), (), ())
+    solver = highspy.Highs()
+    gap = solve_tick(
+        3, plan, FleetSnapshot(now=now, hosts=(host,)), profiles, ControllerPolicy(), solver
+    )
+    assert gap.planner_value == 50.0 and gap.optimum == 100.0
+    assert gap.gap_pct == pytest.approx(50.0)
+    assert len(gap.optimal) == 2 and all(h == "h1" for _, h in gap.optimal)
