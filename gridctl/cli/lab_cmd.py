@@ -176,7 +176,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models", default="8", help=f"lab models, 1..{MAX_MODELS} (default 8)")
     parser.add_argument("--users", default="50", help="users (default 50)")
-    parser.add_argument("--duration", default="30m", help="simulated time, e.g. 30m or 2h")
+    parser.add_argument(
+        "--duration", default="30m", help="simulated time, e.g. 30m or 2h (default 30m)"
+    )
     parser.add_argument("--blueprints", help=f"Fleet blueprints (default {DEFAULT_BLUEPRINTS})")
     parser.add_argument("--catalog", help=f"workload catalog (default {DEFAULT_CATALOG})")
     parser.add_argument("--json", action="store_true", help="print the stable JSON report")

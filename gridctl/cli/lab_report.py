@@ -34,8 +34,10 @@ def _served_chart(runs: list[Run], directory: Path) -> str:
         rows = result.accumulator.per_minute
         names = sorted({w for row in rows for w in row})
         for name in names:
-            ax.plot([row.get(name, [0, 0])[1] for row in rows], label=name, linewidth=1.2)
-        ax.set_title(f"served requests per minute: {result.strategy.value}")
+            served = [row.get(name, [0, 0])[1] for row in rows]
+            smooth = [sum(served[max(0, i - 4) : i + 1]) / 5.0 for i in range(len(served))]
+            ax.plot(smooth, label=name, linewidth=1.2)
+        ax.set_title(f"served requests per minute (5-minute mean): {result.strategy.value}")
         ax.set_xlabel("minute")
         ax.legend(fontsize=7, ncol=5, loc="upper right")
     return _save(fig, directory / "served.png")
