@@ -2,8 +2,8 @@
 
 Requests are scored against what was actually READY and selected when they
 arrived: a named request goes to its model, an unbound one to the model the
-strategy's latest map chose for its classified workload (the router's rule:
-only a ready chosen model serves; otherwise an honest 503). Each ready replica
+strategy's latest map chose for its classified workload when that is ready,
+else to the best-scoring ready model (the router's rule), else an honest 503. Each ready replica
 serves ``replica_concurrency`` requests at a time, its service time scaled by
 the host's speed and thermal derating; routed device-time beyond that
 capacity becomes deterministic failures, latency inflation and queue depth,
@@ -95,6 +95,20 @@ def serve_minute(
 ) -> tuple[MinuteLog, list[RequestFeatures]]:
     log = MinuteLog()
     features: list[RequestFeatures] = []
+    ranked: dict[str, list[str]] = {}
+
+    def scorers(workload: str) -> list[str]:
+        """Models scoring the workload, best first (the router's fallback order)."""
+        found = ranked.get(workload)
+        if found is None:
+            rows = sorted(
+                (-p.workload_scores.get(workload, 0.0), name)
+                for name, p in profiles.items()
+                if p.workload_scores.get(workload, 0.0) > 0
+            )
+            found = ranked[workload] = [name for _, name in rows]
+        return found
+
     for arrival in arrivals:
         workload = classify(arrival.endpoint, arrival.modality, arrival.text)
         log.workload_counts[workload] = log.workload_counts.get(workload, 0) + 1
@@ -103,6 +117,8 @@ def serve_minute(
             target: str | None = arrival.model
         else:
             target = mapping.get(workload)
+            if not pool.get(target or ""):
+                target = next((m for m in scorers(workload) if pool.get(m)), target)
         choices = pool.get(target or "", [])
         outcome, latency, model, host, queue = "rejected", 0.0, None, None, 0
         if choices:

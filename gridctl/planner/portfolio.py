@@ -97,8 +97,6 @@ def plan_portfolio(inputs: PortfolioInputs) -> PortfolioResult:
             if p.workload_scores.get(workload, 0.0) > 0
         )
         every[workload] = rows
-        if gates[workload].path == "resident":  # below the evidence gate: no new model
-            rows = tuple(r for r in rows if r.resident)
         ranked[workload] = rank_candidates(
             rows, breadth, policy.portfolio_max_candidates_per_workload
         )

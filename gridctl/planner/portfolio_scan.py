@@ -5,9 +5,7 @@ requests, or with at least ``portfolio_min_offered_concurrency`` units of
 device-time pressure (one canary). Image and video work between
 ``media_canary_min_offered_concurrency`` and that threshold may earn one
 canary only after the fleet spare-capacity proof. A workload anticipated by
-a mature affinity transition may earn one inferred-only canary. A workload
-below the evidence gate that a READY resident model is suited to keeps (or
-gets) one inferred-only canary: routing it there churns nothing in.
+a mature affinity transition may earn one inferred-only canary.
 
 Scan: every candidate is judged by the real planner, never by a copy of its
 rules. One probe plan adds one inferred replica of every candidate at once;
@@ -75,15 +73,6 @@ def gate(workload: WorkloadDemand, inputs: PortfolioInputs, spare_proof: bool) -
             f"offered concurrency {concurrency:.2f} >= "
             f"{policy.portfolio_min_offered_concurrency:g}",
         )
-    resident = _ready_resident_for(name, inputs)
-    if workload.requests > 0 and resident is not None:
-        return Gate(
-            name,
-            True,
-            "resident",
-            True,
-            f"{workload.requests} observations; {resident} is ready and suited to it",
-        )
     media = name in inputs.media_workloads
     if media and concurrency >= policy.media_canary_min_offered_concurrency:
         if spare_proof:
@@ -119,20 +108,6 @@ def gate(workload: WorkloadDemand, inputs: PortfolioInputs, spare_proof: bool) -
         f"offered concurrency {concurrency:.2f} < "
         f"{policy.portfolio_min_offered_concurrency:g}",
     )
-
-
-def _ready_resident_for(workload: str, inputs: PortfolioInputs) -> str | None:
-    """A READY managed model on a fresh host that is suited to ``workload`` (first by name)."""
-    suited = {p.name for p in inputs.profiles if p.workload_scores.get(workload, 0.0) > 0}
-    now, stale = inputs.snapshot.now, inputs.policy.heartbeat_stale_seconds
-    found = sorted(
-        r.model_id
-        for h in inputs.snapshot.hosts
-        if h.last_heartbeat is not None and now - h.last_heartbeat <= stale
-        for r in h.residencies
-        if r.state is ResidencyState.READY and r.model_id in suited
-    )
-    return found[0] if found else None
 
 
 def spare_capacity_proof(inputs: PortfolioInputs, base: Plan) -> bool:

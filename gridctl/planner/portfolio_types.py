@@ -47,7 +47,7 @@ class Gate:
 
     workload: str
     admitted: bool
-    path: str  # observations | concurrency | resident | media-canary | anticipated | none
+    path: str  # observations | concurrency | media-canary | anticipated | none
     canary_only: bool  # weak evidence: at most one replica
     reason: str
 

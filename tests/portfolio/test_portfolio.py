@@ -227,25 +227,3 @@ def test_blocked_by_residency_when_a_non_serving_copy_holds_the_host(
     # the same host without that copy has room: the workload is planned there
     free = plan_portfolio(inputs(profiles, (box("b1", slots=2),), (workload("coding"),)))
     assert states(free) == {"coding": "planned"}
-
-
-def test_a_ready_resident_model_admits_a_workload_below_the_evidence_gate() -> None:
-    """Routing a sparse workload to a suited model that is already READY churns nothing
-    in: one observation is enough, and the resident model is chosen (no new load)."""
-    hosts = (box("b1", residencies=(resident("general-7b"),)), box("b2"))
-    one = plan_portfolio(
-        inputs(specialists_and_generalist(), hosts, (workload("research", requests=1),))
-    )
-    gate = next(g for g in one.gates if g.workload == "research")
-    assert gate.admitted and gate.path == "resident" and gate.canary_only
-    assert dict(one.mapping) == {"research": "general-7b"}
-    assert {(a.model_id, a.host_id) for a in one.plan.assignments} == {("general-7b", "b1")}
-    # the same single request with nothing suited resident still waits for evidence
-    cold = plan_portfolio(
-        inputs(
-            specialists_and_generalist(),
-            (box("b1"), box("b2")),
-            (workload("research", requests=1),),
-        )
-    )
-    assert states(cold) == {"research": "awaiting-plan"} and cold.plan.assignments == ()
