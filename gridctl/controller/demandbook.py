@@ -1,29 +1,29 @@
-"""Router observations turned into per-model demand for the planner.
+"""Router observations turned into per-model and per-workload demand for the planner.
 
-The router hands over one bounded record per request (no content). Only
-configured models create demand series, so arbitrary names cannot grow state.
-The book keeps a bounded window per model and produces ``ModelDemand`` through
-the demand forecaster. Every observation also feeds the workload learners
-(``gridctl.demand.DemandLearner``: unbound workload demand, correlation,
-affinity sequences, outcome evidence); ``picture`` copies their bounded state
-under the telemetry lock, and portfolio planning runs on that immutable
-picture after the lock is released, so request completion never waits on it.
-``with_correlation`` merges the picture's correlated (inferred-only) demand
-into the book's direct forecasts for the live plan; it, the forecast itself and
-``portfolio_inputs`` are pure (``gridctl.demand.direct``,
-``gridctl.planner.portfolio_inputs``) and re-exported here.
+The router hands over one bounded record per request (no content). Every
+observation feeds the production learners (``gridctl.demand.DemandLearner``):
+bucketed series per configured model and per unbound workload (a burst is
+folded into its bucket; memory is bounded by the window, never by a raw
+request count), log-histogram latency, correlation, affinity sequences and
+outcome evidence. Only configured models create demand series, so arbitrary
+names cannot grow state. ``forecast`` is the learners' direct per-model
+forecast behind the evidence gate (``gridctl.demand.direct.gated_demand``);
+``picture`` copies the learners' bounded state under the telemetry lock, and
+portfolio planning runs on that immutable picture after the lock is released,
+so request completion never waits on it. ``with_correlation`` merges the
+picture's correlated (inferred-only) demand into the direct forecasts for the
+live plan; it, the gate and ``portfolio_inputs`` are pure and re-exported here.
 """
 
 from __future__ import annotations
 
 import copy
 import threading
-from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
 from gridctl.demand import DemandLearner, DemandPicture, features_of
-from gridctl.demand.direct import direct_forecast, retention, with_correlation
+from gridctl.demand.direct import gated_demand, with_correlation
 from gridctl.domain import (
     ControllerPolicy,
     DesiredState,
@@ -34,14 +34,12 @@ from gridctl.domain import (
 from gridctl.planner.portfolio_inputs import portfolio_inputs
 from gridctl.router.telemetry import RequestObservation
 
-MAX_OBSERVATIONS_PER_MODEL = 20_000
 __all__ = ["DemandBook", "portfolio_inputs", "with_correlation"]
 
 
 class DemandBook:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._series: dict[str, deque[RequestObservation]] = {}
         self._configured: frozenset[str] = frozenset()
         self.revision = 0  # advances on every accepted observation
         self._learner = DemandLearner(ControllerPolicy(), WorkloadCatalog())
@@ -101,59 +99,54 @@ class DemandBook:
                 queue_depth=observation.queue_depth,
                 outcome=observation.outcome,
                 session_hash=observation.session,
-                evaluation=bool(getattr(observation, "evaluation", False)),
+                artifact_sha256=observation.artifact_sha256,
+                evaluation=observation.evaluation,
             )
         )
 
     def configure(self, models: Iterable[str]) -> None:
         with self._lock:
             self._configured = frozenset(models)
-            for model in list(self._series):
-                if model not in self._configured:
-                    del self._series[model]
+            for model in [m for m in self._learner.direct if m not in self._configured]:
+                del self._learner.direct[model]
 
     def clear(self, model_id: str) -> None:
         with self._lock:
-            self._series.pop(model_id, None)
+            self._learner.direct.pop(model_id, None)
 
     def observe(self, observation: RequestObservation) -> None:
         model = observation.model
         with self._lock:
             self._learn(observation)
-            if model is None or model == "auto":
-                self.revision += 1
-                return  # unbound: workload demand only, never a model's direct demand
-            if model not in self._configured:
-                return
-            series = self._series.setdefault(model, deque(maxlen=MAX_OBSERVATIONS_PER_MODEL))
-            series.append(observation)
-            self.revision += 1
+            if model is None or model == "auto" or model in self._configured:
+                self.revision += 1  # unbound: workload demand only, never a model's
 
     def forecast(self, now: float, policy: ControllerPolicy) -> tuple[ModelDemand, ...]:
-        """Demand per configured model that has crossed the evidence gate
-        (``gridctl.demand.direct.direct_forecast`` on the window copied under the lock)."""
-        keep = retention(policy)
+        """Direct demand per configured model that has crossed the evidence gate, from
+        the learners' bucketed series (computed under the lock)."""
         with self._lock:
-            for series in self._series.values():
-                while series and series[0].t < now - keep:
-                    series.popleft()
-            snapshot = {m: list(s) for m, s in self._series.items()}
-        return direct_forecast(snapshot, now, policy)
+            picture = self._learner.picture(now)
+            series = dict(self._learner.direct)  # immutable series: a shallow copy suffices
+        return gated_demand(picture.models, series, now, policy)
+
+    def series_sizes(self) -> dict[str, int]:
+        """Buckets held per configured model (bounded by the policy's window)."""
+        with self._lock:
+            return {m: len(s.buckets) for m, s in sorted(self._learner.direct.items())}
 
     def preview(
         self, now: float, desired: DesiredState
     ) -> tuple[DemandPicture, tuple[ModelDemand, ...]]:
         """The picture and direct forecast a tick holding ``desired`` would plan with.
 
-        Computed on copies (the learners configured for ``desired``'s policy, catalog
-        and artifacts; series of models it does not declare dropped), so a dry run of a
-        candidate desired state changes nothing here.
+        Computed on a copy of the learners configured for ``desired``'s policy,
+        catalog and artifacts (series of models it does not declare dropped), so a
+        dry run of a candidate desired state changes nothing here.
         """
-        names = {p.name for p in desired.profiles}
         with self._lock:
             learner = copy.deepcopy(self._learner)
-            series = {m: list(s) for m, s in self._series.items() if m in names}
         learner.policy = learner.sequences.policy = learner.outcomes.policy = desired.policy
         learner.catalog = desired.catalog
         learner.configure({p.name: p.artifact.sha256 for p in desired.profiles})
-        return learner.picture(now), direct_forecast(series, now, desired.policy)
+        picture = learner.picture(now)
+        return picture, gated_demand(picture.models, learner.direct, now, desired.policy)

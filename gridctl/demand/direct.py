@@ -1,10 +1,11 @@
-"""Direct named-model demand for the live plan, from recent request samples.
+"""Direct named-model demand for the live plan.
 
-The controller's demand book keeps a bounded window of finished requests per
-configured model; ``direct_forecast`` turns those samples into ``ModelDemand``
-behind the evidence gate, and ``with_correlation`` merges the learners'
-correlated (inferred-only) demand in. Both are pure so the scenario lab runs
-exactly the controller's demand path on simulated requests.
+The controller plans named-model demand from the production learners
+(``DemandLearner``: bucketed series, so a burst is folded into its bucket and
+memory is bounded by the window): ``gated_demand`` keeps the forecasts behind
+the evidence gate, and ``with_correlation`` merges the learners' correlated
+(inferred-only) demand in. ``direct_forecast`` is the sample-window forecast
+the scenario lab's simulated requests still use. All are pure.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Protocol
 
+from gridctl.demand.buckets import BucketSeries, bucket_start
 from gridctl.demand.learning import DemandPicture
 from gridctl.domain import ControllerPolicy, ModelDemand
 
@@ -94,6 +96,43 @@ def _forecast_one(
         sample_count=len(recent),
         observed_peak_requests_per_minute=len(recent) / minutes,
     )
+
+
+def recent_requests(series: BucketSeries, now: float) -> int:
+    """Requests in the current bucket and the ones before it within the rate window."""
+    oldest = bucket_start(now, series.width) - (RATE_WINDOW_BUCKETS - 1) * series.width
+    return sum(b.requests for b in series.buckets if oldest <= b.start <= now)
+
+
+def gated_demand(
+    models: Iterable[ModelDemand],
+    series: Mapping[str, BucketSeries],
+    now: float,
+    policy: ControllerPolicy,
+) -> tuple[ModelDemand, ...]:
+    """The learners' per-model forecasts (bucketed EWMA with trend, log-histogram p95,
+    offered concurrency) that carry recent direct evidence and have crossed the
+    evidence gate, with their correlated part removed (``with_correlation`` merges
+    it back).
+
+    A model needs ``portfolio_min_observations`` requests in the rate window (five
+    buckets), or ``portfolio_min_offered_concurrency`` of device-time pressure,
+    before its demand can place a replica: one cheap request never churns a model
+    in, and traffic older than the window is history for correlation, not demand.
+    """
+    result = []
+    for demand in sorted(models, key=lambda d: d.model_id):
+        found = series.get(demand.model_id)
+        recent = recent_requests(found, now) if found is not None else 0
+        if not recent:
+            continue
+        if (
+            recent < policy.portfolio_min_observations
+            and demand.offered_concurrency < policy.portfolio_min_offered_concurrency
+        ):
+            continue
+        result.append(replace(demand, correlated_requests_per_minute=0.0))
+    return tuple(result)
 
 
 def with_correlation(

@@ -149,7 +149,13 @@ class Router:
         queued = self._waiting.get(model, 0)
         waited = [0.0]
 
-        def observe(outcome: str, status: int, host: str | None, units_out: int = 0) -> None:
+        def observe(
+            outcome: str,
+            status: int,
+            host: str | None,
+            units_out: int = 0,
+            sha: str | None = None,
+        ) -> None:
             self.ctx.tap.emit(
                 observation(
                     self.ctx.clock(),
@@ -165,6 +171,7 @@ class Router:
                     session=affinity.session_token(session),
                     wait_seconds=waited[0],
                     client=getattr(request.state, "router_client", None),
+                    artifact_sha256=sha,
                 )
             )
 
@@ -292,7 +299,7 @@ class Router:
         key = circuit_key(route)
         if is_plain_off_loopback(route.endpoint):  # the controller refuses such endpoints too
             self._release(route)
-            observe("error", 502, route.host_id)
+            observe("error", 502, route.host_id, sha=route.artifact_sha256)
             return openai_error(
                 502, "refusing to send a request over plain HTTP off loopback", "api_error"
             )
@@ -308,7 +315,7 @@ class Router:
         except httpx.HTTPError as exc:
             self.breakers.record(key, None)
             self._release(route)
-            observe("error", 502, route.host_id)
+            observe("error", 502, route.host_id, sha=route.artifact_sha256)
             return openai_error(
                 502,
                 f"upstream engine on {route.host_id} failed: {type(exc).__name__}",
@@ -346,6 +353,7 @@ class Router:
                     response.status_code,
                     route.host_id,
                     parser.completion_tokens or 0,
+                    sha=route.artifact_sha256,
                 )
 
         return StreamingResponse(
@@ -373,7 +381,7 @@ class Router:
             self.breakers.record(key, status)
             self._release(route)
         if status is None:
-            observe("error", 502, route.host_id)
+            observe("error", 502, route.host_id, sha=route.artifact_sha256)
             return openai_error(502, f"upstream engine on {route.host_id} failed", "upstream_error")
         ok = response.status_code < 400
         tokens = None
@@ -383,7 +391,13 @@ class Router:
             except (json.JSONDecodeError, UnicodeDecodeError):
                 tokens = None
             self._attribute(route, time.monotonic() - sent, tokens)
-        observe("ok" if ok else "error", response.status_code, route.host_id, tokens or 0)
+        observe(
+            "ok" if ok else "error",
+            response.status_code,
+            route.host_id,
+            tokens or 0,
+            sha=route.artifact_sha256,
+        )
         return Response(
             content,
             status_code=response.status_code,
@@ -411,6 +425,7 @@ def observation(
     session: str | None,
     wait_seconds: float,
     client: str | None = None,
+    artifact_sha256: str | None = None,
 ) -> RequestObservation:
     return RequestObservation(
         t=t,
@@ -429,4 +444,5 @@ def observation(
         session=session,
         wait_seconds=wait_seconds,
         client=client,
+        artifact_sha256=artifact_sha256 if host else None,
     )

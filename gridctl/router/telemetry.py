@@ -44,6 +44,10 @@ class RequestObservation:
     session: str | None = None  # double-hashed affinity key
     wait_seconds: float = 0.0  # time spent waiting for an admission slot
     client: str | None = None  # the router key's id (never the key) when keys are in use
+    # the artifact the serving replica proved (its residency's digest): outcome evidence
+    # is keyed by it, so a late response from a previous revision never credits the new one
+    artifact_sha256: str | None = None
+    evaluation: bool = False  # operator-marked evaluation: speed and quality, never demand
 
 
 Sink = Callable[[RequestObservation], None]

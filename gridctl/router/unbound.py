@@ -141,7 +141,13 @@ async def forward_unbound(
     decision = directory.decide(endpoint, payload, features.modality)
     session = router.affinity_digest(request)
 
-    def observe(outcome: str, status: int, host: str | None, units_out: int = 0) -> None:
+    def observe(
+        outcome: str,
+        status: int,
+        host: str | None,
+        units_out: int = 0,
+        sha: str | None = None,
+    ) -> None:
         ctx.tap.emit(
             RequestObservation(
                 t=ctx.clock(),
@@ -157,6 +163,7 @@ async def forward_unbound(
                 modality=features.modality,
                 workload=decision.workload,
                 session=affinity.session_token(session),
+                artifact_sha256=sha if host else None,
             )
         )
 
