@@ -2,9 +2,11 @@
 
 Per model: Synced or OutOfSync, and a health word (Healthy, Progressing,
 Degraded, Suspended, Missing, Unknown) with the reason. Beside the models:
-the desired revision in force versus the last good and the rejected one, and
-operator overrides — the mode kill switch — shown as drift from what git
-declares. Exit 0 in sync, 1 drift, 2 error (like ``flux diff``).
+the desired revision in force versus the last good and the rejected one, a
+dirty working tree (never applied), and every operator override of what git
+declares — the mode kill switch, node-local drain/pause/quarantine, an
+applied recommend-mode plan — shown as drift (``docs/ownership.md``). Exit 0
+in sync, 1 drift, 2 error (like ``flux diff``).
 """
 
 from __future__ import annotations
@@ -65,12 +67,22 @@ def drift_report(doc: dict[str, Any]) -> dict[str, Any]:
         )
     if mode.get("refused_automatic"):
         drift.append(f"mode: {mode['refused_automatic']}")
+    for row in (doc.get("ownership") or {}).get("overrides", []):
+        if row.get("field") == "mode":
+            continue  # the mode line above already names it
+        drift.append(
+            f"{row['field']}: {row['owner']} {row['value']} (git declares {row['git']})"
+            + (f"; undo with {row['how']}" if row.get("how") else "")
+        )
     revisions = revisions_of(doc)
     if revisions["rejected"]:
         drift.append(
             f"revision: {revisions['rejected']} rejected; {revisions['last_good'] or 'nothing'} "
             "stays in force"
         )
+    tree = (doc.get("desired") or {}).get("working_tree") or {}
+    if tree.get("dirty"):
+        drift.append(f"working tree: {tree.get('note')}: {', '.join(tree.get('paths') or [])}")
     models = [
         {
             "model_id": m["model_id"],

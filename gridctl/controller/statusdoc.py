@@ -10,6 +10,7 @@ from typing import Any
 
 from gridctl import __version__
 from gridctl.controller.control import Controller
+from gridctl.controller.ownership import ownership_document
 from gridctl.controller.snapshotting import demand_json
 from gridctl.domain import HostState, Mode, Plan, ResidencyState
 from gridctl.domain.profiles import ModelProfile
@@ -292,6 +293,7 @@ def build_status(ctl: Controller) -> dict[str, Any]:
             "refused_automatic": refused,
         },
         "desired": ctl.desired.status(),
+        "ownership": ownership_document(ctl),
         "hosts": hosts,
         "host_states": {s.value: sum(1 for h in hosts if h["state"] == s.value) for s in HostState},
         "profiles": [

@@ -185,6 +185,7 @@ class DesiredView:
     where: str = ""  # repository, ref and path of a git source
     note: str = ""  # "dirty working tree, not applied", the worktree label, a source error
     uncommitted: tuple[str, ...] = ()
+    overrides: tuple[str, ...] = ()  # operator values overriding git (docs/ownership.md)
 
 
 @dataclass(frozen=True)
@@ -458,6 +459,11 @@ def desired_view(status: Mapping[str, Any], now: float) -> DesiredView:
         latest_seen_revision=desired.get("latest_seen_revision"),
         rejected=rejected,
         warnings=tuple(render_issue(issue) for issue in _items(desired.get("warnings"))),
+        overrides=tuple(
+            f"{o.get('field')}: {o.get('owner')} {o.get('value')} (git: {o.get('git')})"
+            for o in _items((status.get("ownership") or {}).get("overrides"))
+            if o.get("field") != "mode"  # the mode line draws its own drift
+        ),
         **_source_fields(desired),
     )
 

@@ -43,6 +43,8 @@ def desired_text(view: DashboardView, needle: str) -> Text:
         text.append(f"\n          {desired.note}", style="bold yellow")
         if desired.uncommitted:
             text.append(f": {', '.join(desired.uncommitted[:6])}", style="yellow")
+    for line in desired.overrides:
+        text.append(f"\nDRIFT     {line}", style="bold yellow")
     text.append("\nrevision  ", style="bold")
     text.append(f"{desired.revision or 'none'}{dirty}")
     text.append("\nlast good ", style="bold")
