@@ -8,15 +8,16 @@ input gets a 4xx JSON body naming the field and changes nothing.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from gridctl.bodies import parse_json, read_bounded
 from gridctl.controller.applying import (
     applied_summary,
     candidate_from_body,
@@ -49,13 +50,18 @@ def error(status: int, message: str, pointer: str | None = None) -> JSONResponse
 
 
 async def read_json(request: Request) -> Any:
-    body = await request.body()
-    if len(body) > MAX_JSON_BYTES:
-        raise WireError(f"body larger than {MAX_JSON_BYTES} bytes")
-    try:
-        return json.loads(body or b"null")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise WireError(f"body is not valid JSON: {exc}") from None
+    """The body as JSON: refused past ``MAX_JSON_BYTES`` (413) or ``MAX_JSON_DEPTH`` (400)."""
+    return parse_json(await read_bounded(request, MAX_JSON_BYTES))
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own refusals (no such route, wrong method) as JSON errors too."""
+    assert isinstance(exc, HTTPException)
+    headers = dict(exc.headers or {})
+    message = f"{exc.detail}: {request.method} {request.url.path}"
+    answer = error(exc.status_code, message)
+    answer.headers.update(headers)
+    return answer
 
 
 def guarded(handler: Handler) -> Handler:
@@ -65,7 +71,11 @@ def guarded(handler: Handler) -> Handler:
         except AuthFailure as exc:
             return error(exc.status, str(exc))
         except WireError as exc:
-            return error(400, str(exc.args[0]) if exc.args else "bad request", exc.pointer)
+            return error(
+                getattr(exc, "status", 400),
+                str(exc.args[0]) if exc.args else "bad request",
+                exc.pointer,
+            )
 
     return wrapper
 
@@ -109,7 +119,7 @@ class ControllerApp:
             ),
             *self.extra_routes,
         ]
-        return Starlette(routes=routes)
+        return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
 
     @property
     def operator_token(self) -> str:
@@ -142,8 +152,8 @@ class ControllerApp:
         revision = self.ctl.heartbeat(host_id, payload)
         commands: list[dict[str, Any]] = []
         if payload.get("request_commands", True):
-            await asyncio.to_thread(self.ctl.wait_for_tick, revision, COMMAND_WAIT_SECONDS)
-            commands = await asyncio.to_thread(self.ctl.commands_for, host_id)
+            ticked = await asyncio.to_thread(self.ctl.wait_for_tick, revision, COMMAND_WAIT_SECONDS)
+            commands = await asyncio.to_thread(self.ctl.commands_for, host_id, ticked=ticked)
         return JSONResponse(self._node_answer(self.ctl.heartbeat_response(host_id, commands)))
 
     def _node_answer(self, answer: dict[str, Any]) -> dict[str, Any]:

@@ -138,7 +138,9 @@ class Controller:
         self._tick_done = threading.Condition(self._lock)
         self.wake = threading.Event()
         self.events: deque[dict[str, Any]] = deque(maxlen=MAX_EVENTS)
+        # "success_safety": the safety revision the last successful tick planned from
         self.revisions = {"dirty": 0, "processed": 0, "success": 0, "safety": 0}
+        self.revisions["success_safety"] = -1
         self.last_plan: Plan | None = None
         self.last_portfolio: PortfolioResult | None = None
         self.last_correlation_sources: dict[str, tuple[str, ...]] = {}
@@ -149,6 +151,8 @@ class Controller:
         self.last_tick: TickRecord | None = None
         self.last_success_ms: float | None = None
         self.delivery_safety_error: str | None = None
+        # markers a suppressed poll could not remove: {action_id: why} (shown in status)
+        self.uncertain_markers: dict[str, str] = {}
         # called after every tick with its record (metrics); must not raise into the loop
         self.tick_observers: list[Callable[[TickRecord], None]] = []
         self._previous_profiles: dict[str, ModelProfile] | None = None
@@ -349,6 +353,7 @@ class Controller:
             started = time.monotonic()
             with self._lock:
                 dirty = self.revisions["dirty"]
+                safety = self.revisions["safety"]
             try:
                 self.renew_authority()
                 self._tick_once()
@@ -367,6 +372,7 @@ class Controller:
                 self.revisions["processed"] = max(self.revisions["processed"], dirty)
                 if record.ok:
                     self.revisions["success"] = max(self.revisions["success"], dirty)
+                    self.revisions["success_safety"] = safety
                     self.last_success_ms = record.duration_ms
                 self._tick_done.notify_all()
             for observer in list(self.tick_observers):
@@ -568,7 +574,8 @@ class Controller:
         return bundle, False
 
     def wait_for_tick(self, revision: int, timeout: float) -> bool:
-        """Block until a tick has processed ``revision`` (or ``timeout`` passes)."""
+        """Block until a tick has processed ``revision`` (or ``timeout`` passes); True
+        only when a *successful* tick covered it (a failed tick plans nothing new)."""
         deadline = time.monotonic() + timeout
         with self._lock:
             while self.revisions["processed"] < revision:
@@ -576,12 +583,25 @@ class Controller:
                 if left <= 0:
                     return False
                 self._tick_done.wait(left)
-            return True
+            return self.revisions["success"] >= revision
+
+    def safety_current(self) -> bool:
+        """Whether the last successful tick planned from the current safety revision."""
+        with self._lock:
+            return self.revisions["success_safety"] == self.revisions["safety"]
 
     # -- delivery ------------------------------------------------------------------
 
-    def commands_for(self, host_id: str) -> list[dict[str, Any]]:
-        """Executable commands for ``host_id``, durably marked delivered before returning."""
+    def commands_for(self, host_id: str, *, ticked: bool = True) -> list[dict[str, Any]]:
+        """Executable commands for ``host_id``, durably marked delivered before returning.
+
+        ``ticked`` says whether a successful tick covered the poll's causal revision;
+        without one nothing new is delivered. A drain or unload additionally needs the
+        last successful tick's safety revision to equal the current one, and is
+        revalidated after its marker is written (``_revalidate_destructive``).
+        """
+        if not ticked:
+            return []
         now = self.clock()
         mode, _ = self.effective_mode()
         desired = self.desired.current
@@ -604,6 +624,11 @@ class Controller:
                     continue
                 if action.kind.destructive and not held.delivered:
                     problem = self._destructive_problem(action.model_id, host_id, now, policy)
+                    if problem is None and not self.safety_current():
+                        problem = (
+                            f"{action.kind.value} of {action.model_id} on {host_id} held back: "
+                            "destructive safety changed since the last successful tick"
+                        )
                     if problem:
                         self.delivery_safety_error = problem
                         continue
@@ -631,6 +656,10 @@ class Controller:
             if newly:
                 # the delivery marker is durable before the response leaves
                 self.store.mark_delivered([p.action_id for p in newly], now)
+                withdrawn = self._revalidate_destructive(host_id, newly, policy)
+                if withdrawn:
+                    delivered = [c for c in delivered if c["action_id"] not in withdrawn]
+                    newly = [p for p in newly if p.action_id not in withdrawn]
                 for held in newly:
                     self.event(
                         "delivered",
@@ -640,6 +669,50 @@ class Controller:
                         message=held.action.kind.value,
                     )
         return delivered
+
+    def _revalidate_destructive(
+        self, host_id: str, newly: list[PendingAction], policy: ControllerPolicy
+    ) -> set[str]:
+        """The final proof, after the markers are durable and under the selection lock:
+        every newly delivered drain/unload is checked again against the registry as it
+        is now (a replacement may have lost its route or its lease margin while the
+        marker was written) and against the current safety revision. A batch that no
+        longer holds keeps its actions pending: their markers are removed durably and
+        they leave the response. Returns the withdrawn action ids."""
+        batch = [p for p in newly if p.action.kind.destructive]
+        if not batch:
+            return set()
+        now = self.clock()
+        problems = [
+            self._destructive_problem(p.action.model_id, host_id, now, policy) for p in batch
+        ]
+        if not self.safety_current():
+            problems.append("destructive safety changed while the delivery marker was written")
+        found = [p for p in problems if p]
+        if not found:
+            return set()
+        withdrawn = {p.action_id for p in batch}
+        self.delivery_safety_error = found[0]
+        try:
+            self.store.clear_delivered(sorted(withdrawn))
+        except Exception as exc:  # the marker stays: conservatively "maybe delivered"
+            log.exception("could not remove delivery markers of a suppressed poll")
+            for action_id in withdrawn:
+                self.uncertain_markers[action_id] = (
+                    f"delivery marker kept after a suppressed poll: {type(exc).__name__}: {exc}"
+                )
+        else:
+            for action_id in withdrawn:
+                self.uncertain_markers.pop(action_id, None)
+        for held in batch:
+            self.event(
+                "delivery_withdrawn",
+                action_id=held.action_id,
+                host_id=host_id,
+                model_id=held.action.model_id,
+                message=found[0],
+            )
+        return withdrawn
 
     def _with_artifact_source(self, command: dict[str, Any]) -> dict[str, Any]:
         """Add the profile's operator-authorised source when the digest is the same."""

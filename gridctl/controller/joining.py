@@ -296,7 +296,8 @@ async def _guard(handler: Callable[[Request], Any], request: Request) -> Respons
     except PkiError as exc:
         return _error(400, f"certificate request refused: {exc}", "/csr")
     except WireError as exc:
-        return _error(400, str(exc.args[0]) if exc.args else "bad request", exc.pointer)
+        status = getattr(exc, "status", 400)
+        return _error(status, str(exc.args[0]) if exc.args else "bad request", exc.pointer)
     except CredentialError as exc:
         return _error(400, str(exc))
 

@@ -352,6 +352,7 @@ def build_status(ctl: Controller) -> dict[str, Any]:
             round(ctl.last_success_ms, 3) if ctl.last_success_ms is not None else None
         ),
         "delivery_safety_error": ctl.delivery_safety_error,
+        "uncertain_delivery_markers": dict(sorted(ctl.uncertain_markers.items())),
         "warnings": warnings,
         "history": history,
         "admission": [admission_row_json(r) for r in portfolio.admission] if portfolio else [],

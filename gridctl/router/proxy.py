@@ -25,8 +25,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from gridctl.bodies import BodyTooLarge, parse_json, read_bounded
 from gridctl.controller.registry import EngineRoute, Registry
 from gridctl.domain import ControllerPolicy
+from gridctl.errors import WireError
 from gridctl.router import affinity
 from gridctl.router.attribution import Attribution
 from gridctl.router.breakers import Breakers, BreakerTunables, CircuitKey
@@ -38,6 +40,7 @@ from gridctl.router.unbound import UnboundDirectory, forward_unbound, unbound_re
 from gridctl.transport import is_plain_off_loopback
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
+MAX_BODY_DEPTH = 128  # tool schemas nest; anything deeper is hostile
 HOP_HEADERS = {"content-type", "accept"}
 ADMISSION_WAIT_SECONDS = 30.0
 MAX_WAITING_PER_MODEL = 512
@@ -124,13 +127,17 @@ class Router:
 
     async def _forward(self, request: Request, endpoint: str, path: str) -> Response:
         started = time.monotonic()
-        body = await request.body()
-        if len(body) > MAX_BODY_BYTES:
-            return openai_error(413, "request body too large", "invalid_request_error")
         try:
-            payload = json.loads(body or b"{}")
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return openai_error(400, "request body is not valid JSON", "invalid_request_error")
+            body = await read_bounded(request, MAX_BODY_BYTES)
+        except BodyTooLarge:
+            return openai_error(413, "request body too large", "invalid_request_error")
+        except WireError as exc:
+            return openai_error(400, str(exc).removeprefix("/: "), "invalid_request_error")
+        try:
+            payload = parse_json(body, empty={}, max_depth=MAX_BODY_DEPTH)
+        except WireError as exc:
+            message = str(exc).removeprefix("/: ").replace("body", "request body", 1)
+            return openai_error(400, message, "invalid_request_error")
         if not isinstance(payload, dict):
             return openai_error(400, "request body must be a JSON object", "invalid_request_error")
         # --- unbound workload demand ("auto" or no model): see gridctl.router.unbound ---
