@@ -27,6 +27,7 @@ from gridctl.controller.store import ControllerStore
 from gridctl.controller.stores import Lease
 from gridctl.controller.ticking import TickInputs, TickOutcome, compute_tick
 from gridctl.controller.timings import TimingKind, estimate
+from gridctl.demand.direct import with_queued_work
 from gridctl.domain import (
     Action,
     ActionKind,
@@ -424,7 +425,9 @@ class Controller:
             # from the book, correlated (inferred-only) and workload demand from the picture
             picture = self.demand.picture(now)
             direct = self.demand.forecast(now, desired.policy)
-        forecast = with_correlation(direct, picture, profiles)
+        forecast = with_queued_work(
+            with_correlation(direct, picture, profiles), self.registry.queued_work(now), profiles
+        )
         with self._lock:
             previous = self._previous_profiles
             grace = self._grace

@@ -98,6 +98,8 @@ class HostRecord:
     routes: dict[str, EngineRoute] = field(default_factory=dict)
     queue_depth: int = 0
     active_tasks: int = 0
+    # model -> requests waiting for a slot of its engine here (the runtime's own queue)
+    queued: dict[str, int] = field(default_factory=dict)
     concurrency_multiplier: float = 1.0
     artifact_mirror: str | None = None  # where peers fetch this host's verified artifacts
     transfers: tuple[dict[str, Any], ...] = ()  # artifact downloads running at the heartbeat
@@ -324,6 +326,13 @@ class Registry:
             routes=routes,
             queue_depth=prior.queue_depth if prior else 0,
             active_tasks=prior.active_tasks if prior else 0,
+            queued={
+                str(row["model_id"]): int(row["queued_requests"])
+                for row in rows
+                if isinstance(row, dict) and int(row.get("queued_requests") or 0) > 0
+            }
+            if envelope is not None
+            else (dict(prior.queued) if prior else {}),
             concurrency_multiplier=_multiplier(envelope)
             if envelope is not None
             else (prior.concurrency_multiplier if prior else 1.0),
@@ -517,6 +526,17 @@ class Registry:
         with self._lock:
             hosts = tuple(self._host_snapshot(self._hosts[h], now) for h in sorted(self._hosts))
         return FleetSnapshot(now=now, hosts=hosts, demand=demand)
+
+    def queued_work(self, now: float) -> dict[str, int]:
+        """Requests queued in the engines of each model, over fresh hosts."""
+        total: dict[str, int] = {}
+        with self._lock:
+            for record in self._hosts.values():
+                if now - record.last_heartbeat > self.route_lease_seconds:
+                    continue
+                for model, waiting in record.queued.items():
+                    total[model] = total.get(model, 0) + waiting
+        return dict(sorted(total.items()))
 
     def speed_evidence(self) -> Mapping[tuple[str, str], Any]:
         """The router's per-(host, model) speed evidence; advisory, never fails a tick."""

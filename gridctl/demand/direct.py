@@ -135,6 +135,31 @@ def gated_demand(
     return tuple(result)
 
 
+def with_queued_work(
+    demand: Iterable[ModelDemand], queued: Mapping[str, int], configured: Iterable[str]
+) -> tuple[ModelDemand, ...]:
+    """Direct forecasts with the work queued in the engines themselves included.
+
+    A model's queue is at least what its engines advertise as waiting for a
+    slot; queued work is direct evidence, so a model with a queue and no
+    forecast yet gets a row of its own.
+    """
+    allowed = frozenset(configured)
+    merged = {d.model_id: d for d in demand}
+    for model, waiting in sorted(queued.items()):
+        if waiting <= 0 or model not in allowed:
+            continue
+        old = merged.get(model) or ModelDemand(model)
+        if waiting > old.queue_depth:
+            extra = waiting - old.queue_depth
+            merged[model] = replace(
+                old,
+                queue_depth=float(waiting),
+                offered_concurrency=old.offered_concurrency + extra,
+            )
+    return tuple(merged[m] for m in sorted(merged))
+
+
 def with_correlation(
     direct: Iterable[ModelDemand], picture: DemandPicture, configured: Iterable[str]
 ) -> tuple[ModelDemand, ...]:

@@ -143,6 +143,7 @@ class HostActuator:
         self._lock = threading.RLock()
         self._health_failures: dict[str, int] = {}
         self.disk: tuple[int, int] = cache.disk()
+        self.queued: dict[str, int] = {}  # model -> requests waiting for a slot (last probe)
 
     # --- small record helpers -----------------------------------------------------------
 
@@ -491,11 +492,15 @@ class HostActuator:
                     self._released(record, ResidencyState.FAILED, "child_exited")
                 elif liveness is Liveness.UNPROVEN and not record.fenced:
                     self._fence(record, "identity_unproven")
+        queued: dict[str, int] = {}
         for record in self.store.residencies():
             if record.state in _PROCESS_STATES and record.port is not None and not record.fenced:
                 healthy = self.runtime.healthy(record.port)
                 seen = self.runtime.activity(record.port) if healthy else None
                 probes.append((record, healthy, None if seen is None else seen.processing))
+                if seen is not None and seen.queued:
+                    queued[record.model_id] = seen.queued
+        self.queued = queued
         now = self.clock()
         with self._lock:
             for before, healthy, busy in probes:

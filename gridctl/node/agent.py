@@ -160,6 +160,12 @@ class NodeAgent:
             artifact_mirror=self.artifact_mirror,
             artifact_bytes_fetched=self.actuator.cache.bytes_fetched,
         )
+        queued = dict(self.actuator.queued)
+        rows = envelope.get("residencies")
+        for row in rows if isinstance(rows, list) else []:
+            waiting = queued.get(str(row["model_id"]), 0)
+            if waiting:
+                row["queued_requests"] = waiting
         return self._sample(records), envelope, records
 
     # --- HTTP -------------------------------------------------------------------------
@@ -209,7 +215,7 @@ class NodeAgent:
             receipts=pending,
             request_commands=request_commands,
             active_tasks=0 if self.executor.idle else 1,
-            queue_depth=0,
+            queue_depth=sum(self.actuator.queued.values()),  # llama-server's deferred requests
         )
         sent = self.monotonic()
         response = self._send("POST", f"/nodes/{self.facts.host_id}/heartbeat", body)

@@ -94,6 +94,19 @@ class SlotActivity:
 
     slots: int
     processing: int
+    queued: int = 0  # requests waiting for a slot (``llamacpp:requests_deferred``)
+
+
+def deferred_requests(metrics_text: str) -> int:
+    """``llamacpp:requests_deferred`` of a Prometheus text page (0 when absent)."""
+    for line in metrics_text.splitlines():
+        if line.startswith("llamacpp:requests_deferred"):
+            try:
+                value = float(line.split()[-1])
+            except ValueError:
+                return 0
+            return max(0, int(value)) if value == value else 0
+    return 0
 
 
 class ChildFailed(PermanentError):
@@ -185,6 +198,7 @@ class LlamaCppRuntime:
             "-c", str(s.ctx_size),
             "-t", str(s.threads),
             "--slots",
+            "--metrics",  # queued (deferred) requests for the heartbeat
             "--no-webui",
             *(template or ["--jinja"]),  # else the GGUF's own chat template
             # /v1/embeddings, declared by the profile; a generative GGUF pools nothing by
@@ -331,7 +345,21 @@ class LlamaCppRuntime:
         if not isinstance(slots, list):
             return None
         busy = sum(1 for s in slots if isinstance(s, dict) and s.get("is_processing"))
-        return SlotActivity(slots=len(slots), processing=busy)
+        return SlotActivity(slots=len(slots), processing=busy, queued=self.queued(port))
+
+    def queued(self, port: int) -> int:
+        """Requests waiting for a free slot, from the authenticated ``/metrics``; 0 unknown."""
+        try:
+            with self._client() as client:
+                response = client.get(
+                    f"{self.endpoint(port)}/metrics",
+                    headers={"Authorization": f"Bearer {self._api_key}"},
+                )
+        except httpx.HTTPError:
+            return 0
+        if response.status_code != 200:
+            return 0
+        return deferred_requests(response.text)
 
     def wait_idle(self, port: int, *, timeout: float) -> SlotActivity | None:
         """Poll ``/slots`` until no slot is processing or ``timeout`` passes."""
