@@ -100,3 +100,13 @@ def test_unreachable_banner_before_any_data(snap_compare: Compare) -> None:
     controller.down = True
     app = live_app(controller)
     assert snap_compare(app, terminal_size=SIZE, run_before=after_data())
+
+
+FIT_SIZES = [(80, 24), (120, 40)]
+
+
+@pytest.mark.parametrize("panel", ["fleet", "admission", "plan"])
+@pytest.mark.parametrize("size", FIT_SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_panels_fit_the_terminal(snap_compare: Compare, size: tuple[int, int], panel: str) -> None:
+    app = file_app("admission_fleet")
+    assert snap_compare(app, terminal_size=size, run_before=after_data(*PANEL_KEYS[panel]))

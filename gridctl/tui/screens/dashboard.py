@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from textual import work
+from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.message import Message
@@ -38,6 +38,7 @@ from gridctl.tui.widgets.rows_panel import RowsPanel
 from gridctl.tui.widgets.status_feed import StatusFeed
 
 PANELS = ("fleet", "admission", "plan", "commands", "history", "desired")
+NARROW_BELOW = 120  # columns: below this, panels stack and tables keep their reason column
 
 
 class DashboardScreen(Screen[None]):
@@ -92,10 +93,20 @@ class DashboardScreen(Screen[None]):
         yield Footer()
         yield StatusFeed(self.settings.source, self.settings.refresh_seconds, self.settings.clock)
 
+    def on_resize(self, event: events.Resize) -> None:
+        self.fit_width(event.size.width)
+
+    def fit_width(self, width: int) -> None:
+        narrow = width < NARROW_BELOW
+        self.set_class(narrow, "-narrow")
+        for panel in self.query(RowsPanel):
+            panel.narrow = narrow
+
     def on_mount(self) -> None:
         summary = self.query_one(SummaryBar)
         summary.source = self.settings.source.describe()
         summary.access = self.access
+        self.fit_width(self.size.width)
         self._focus_panel("fleet")
 
     # --- data -----------------------------------------------------------------------

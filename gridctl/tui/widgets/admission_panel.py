@@ -30,6 +30,7 @@ def replicas(desired: int, planned: int, ready: int, missing: int) -> Text:
 class AdmissionTable(RowsPanel):
     TITLE = "Admission (active unbound workloads)"
     COLUMNS = ("Workload", "State", "Model", "Conc.", "D/P/R/M", "Elig.", "Startup", "Reason")
+    NARROW_COLUMNS = ("Workload", "State", "Model", "Reason")
     EMPTY = "no active unbound workload"
 
     def rows_of(self, view: DashboardView) -> Sequence[AdmissionRow]:
@@ -71,6 +72,7 @@ class AdmissionTable(RowsPanel):
 class ModelTable(RowsPanel):
     TITLE = "Models"
     COLUMNS = ("Model", "Des.", "Plan", "Ready", "Miss", "Health", "Sync", "Unmet")
+    NARROW_COLUMNS = ("Model", "Des.", "Ready", "Health", "Unmet")
     EMPTY = "no model profiles"
 
     def rows_of(self, view: DashboardView) -> Sequence[ModelRow]:

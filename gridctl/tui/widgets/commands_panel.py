@@ -18,6 +18,7 @@ class CommandsPanel(RowsPanel):
 
     TITLE = "Commands"
     COLUMNS = ("Group", "Kind", "Host", "Model", "Status", "Age", "Took", "Action id", "Reason")
+    NARROW_COLUMNS = ("Kind", "Host", "Model", "Status", "Reason")
     EMPTY = "no pending, withdrawn or recent commands"
 
     def rows_of(self, view: DashboardView) -> Sequence[CommandRow]:

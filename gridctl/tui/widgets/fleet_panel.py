@@ -41,6 +41,7 @@ class FleetPanel(RowsPanel):
 
     TITLE = "Fleet"
     COLUMNS = ("Host", "State", "Capacity used/total", "Residencies", "Heartbeat", "Domain")
+    NARROW_COLUMNS = ("Host", "State", "Capacity used/total", "Domain", "Residencies")
     EMPTY = "no hosts registered"
     BINDINGS: ClassVar = [("enter", "choose_host", "Host detail")]
 

@@ -18,6 +18,7 @@ FAILURE_WORDS = ("fail", "reject", "error", "withdraw", "unhealthy", "quarantin"
 class HistoryPanel(RowsPanel):
     TITLE = "History"
     COLUMNS = ("Age", "Event", "Host", "Model", "Took", "Message")
+    NARROW_COLUMNS = ("Age", "Event", "Model", "Message")
     EMPTY = "no lifecycle events yet"
 
     def rows_of(self, view: DashboardView) -> Sequence[HistoryRow]:

@@ -39,6 +39,7 @@ def explain_text(line: PlanLine | None) -> Text:
 class PlanTable(RowsPanel):
     TITLE = "Plan: what the next tick would change"
     COLUMNS = ("", "Model", "Host", "Change", "Actions", "Reason")
+    NARROW_COLUMNS = ("", "Model", "Host", "Reason")
     EMPTY = "no changes: the fleet matches the plan"
 
     @dataclass

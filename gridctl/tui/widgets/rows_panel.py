@@ -13,7 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from rich.cells import cell_len
 from rich.console import RenderableType
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.message import Message
@@ -24,15 +26,26 @@ from textual.widgets.data_table import CellDoesNotExist, RowDoesNotExist
 from gridctl.tui.viewmodel import DashboardView
 
 
+def cell_width(cell: RenderableType) -> int:
+    if isinstance(cell, Text):
+        return cell.cell_len
+    if isinstance(cell, str):
+        return cell_len(cell)
+    return 12
+
+
 class RowsPanel(Vertical):
     """Base class; ``COLUMNS`` and the three row hooks define a concrete panel."""
 
     TITLE: ClassVar[str] = ""
     COLUMNS: ClassVar[tuple[str, ...]] = ()
+    # the columns a narrow terminal keeps, in order; the last one (the reason) wraps to fit
+    NARROW_COLUMNS: ClassVar[tuple[str, ...]] = ()
     EMPTY: ClassVar[str] = "nothing to show"
 
     view: reactive[DashboardView | None] = reactive(None, always_update=True)
     filter_text: reactive[str] = reactive("")
+    narrow: reactive[bool] = reactive(False)
 
     @dataclass
     class DetailsRequested(Message):
@@ -44,6 +57,7 @@ class RowsPanel(Vertical):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self._shown: list[Any] = []
+        self._columns: tuple[str, ...] = self.COLUMNS
 
     def compose(self) -> ComposeResult:
         table: DataTable[RenderableType] = DataTable(cursor_type="row", zebra_stripes=True)
@@ -78,6 +92,42 @@ class RowsPanel(Vertical):
     def watch_filter_text(self) -> None:
         self.refresh_rows()
 
+    def watch_narrow(self) -> None:
+        self.refresh_rows()
+
+    def on_resize(self) -> None:
+        if self.narrow and self.NARROW_COLUMNS:
+            self.refresh_rows()
+
+    def _kept(self) -> tuple[int, ...]:
+        if self.narrow and self.NARROW_COLUMNS:
+            return tuple(self.COLUMNS.index(name) for name in self.NARROW_COLUMNS)
+        return tuple(range(len(self.COLUMNS)))
+
+    def _set_columns(self, kept: tuple[int, ...], rows: list[tuple[RenderableType, ...]]) -> bool:
+        """Lay out the kept columns; in narrow mode the last gets what is left, and wraps.
+        Returns whether rows should take the height their wrapped reason needs."""
+        table = self.table
+        names = tuple(self.COLUMNS[i] for i in kept)
+        wrap = len(names) < len(self.COLUMNS)
+        if not wrap and names == self._columns:
+            return False
+        table.clear(columns=True)
+        self._columns = names
+        if not wrap:
+            table.add_columns(*names)
+            return False
+        widths = [
+            max([cell_width(name), *(cell_width(row[i]) for row in rows)])
+            for i, name in enumerate(names[:-1])
+        ]
+        available = (self.size.width or 80) - 4  # borders and scrollbar
+        last = max(16, available - sum(w + 2 for w in widths) - 2)
+        for name in names[:-1]:
+            table.add_column(name)
+        table.add_column(names[-1], width=last)
+        return True
+
     def matches(self, row: Any) -> bool:
         needle = self.filter_text.strip().lower()
         return not needle or all(word in row.search_text.lower() for word in needle.split())
@@ -89,9 +139,13 @@ class RowsPanel(Vertical):
         selected = self._selected_key()
         rows = list(self.rows_of(self.view)) if self.view is not None else []
         self._shown = [row for row in rows if self.matches(row)]
+        kept = self._kept()
+        rendered = [self.cells(row) for row in self._shown]
+        cut = [tuple(cells[i] for i in kept) for cells in rendered]
         table.clear()
-        for row in self._shown:
-            table.add_row(*self.cells(row), key=self.key_of(row))
+        wrap = self._set_columns(kept, cut)
+        for row, cells in zip(self._shown, cut, strict=True):
+            table.add_row(*cells, key=self.key_of(row), height=None if wrap else 1)
         if selected is not None:
             with contextlib.suppress(RowDoesNotExist):
                 table.move_cursor(row=table.get_row_index(selected))
