@@ -8,8 +8,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gridctl.metrics import record_circuit_opening
-from gridctl.router.telemetry import RequestObservation
-from tests.controller.simnodes import GEMMA_SHA
+from tests.controller.simnodes import FAILING_PROMPT, GEMMA_SHA
 from tests.gitops.inprocess import controller, desired_dir, profile_yaml
 
 pytestmark = pytest.mark.anyio
@@ -27,6 +26,14 @@ def value(
     found: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str
 ) -> float:
     return found[(name, tuple(sorted(labels.items())))]
+
+
+def n_other_requests(found: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> float:
+    return sum(
+        v
+        for (name, labels), v in found.items()
+        if name == "gridctl_router_requests_total" and ("model", "other") in labels
+    )
 
 
 async def test_metrics_carry_every_series_with_sensible_values(tmp_path: Path) -> None:
@@ -48,13 +55,22 @@ async def test_metrics_carry_every_series_with_sensible_values(tmp_path: Path) -
             assert reply.status_code == 200
         unknown = await h.client.post("/v1/chat/completions", json={"model": "nope"})
         assert unknown.status_code == 404
-        record_circuit_opening("gemma", "local-1")
-        h.service.tap.emit(  # a model no profile names is counted as "other"
-            RequestObservation(1.0, "chat", "nope", None, None, "rejected", 404, 0.001)
-        )
+        failing = {"model": "gemma", "messages": [{"role": "user", "content": FAILING_PROMPT}]}
+        for _ in range(2):  # two engine failures in a row open local-1's circuit
+            assert (await h.client.post("/v1/chat/completions", json=failing)).status_code == 500
+        unplaceable = await h.client.post("/v1/chat/completions", json={"model": "big"})
+        assert unplaceable.status_code == 503
+        # an engine no profile names: its model is counted as "other", never by name
+        vendor = {"endpoint": "https://engine.vendor.test", "model_id": "vendor-x", "kind": "vllm"}
+        assert (await h.admin("PUT", "/allocator/external/vendor", json=vendor)).status_code == 200
+        await h.service.probe_once(h.service.upstream)
+        external = await h.client.post("/v1/chat/completions", json={"model": "vendor-x"})
+        assert external.status_code == 401  # the vendor engine wants its own key
 
         assert h.service.tap.flush()  # observations reach their sinks on a worker thread
-        response = await h.client.get("/metrics")
+        with h.service.controller._tick_lock:  # the store and the metrics read at rest
+            pending = h.service.store.pending()
+            response = await h.client.get("/metrics")
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/plain")
         found = samples(response.text)
@@ -63,8 +79,11 @@ async def test_metrics_carry_every_series_with_sensible_values(tmp_path: Path) -
     assert value(found, "gridctl_tick_duration_seconds_sum") > 0
     assert value(found, "gridctl_ticks_total", outcome="ok") >= 2
     assert value(found, "gridctl_router_requests_total", model="gemma", outcome="ok") == 3
-    assert value(found, "gridctl_router_requests_total", model="other", outcome="rejected") == 1
-    assert not any(("model", "nope") in labels for _name, labels in found)  # bounded labels
+    assert value(found, "gridctl_router_requests_total", model="gemma", outcome="error") == 2
+    assert value(found, "gridctl_router_requests_total", model="big", outcome="rejected") == 1
+    others = [v for (n, labels), v in found.items() if ("model", "other") in labels]
+    assert n_other_requests(found) == 1 and others, found
+    assert not any(("model", m) in labels for _n, labels in found for m in ("nope", "vendor-x"))
     assert (
         value(found, "gridctl_router_request_duration_seconds_count", model="gemma", outcome="ok")
         == 3
@@ -72,13 +91,15 @@ async def test_metrics_carry_every_series_with_sensible_values(tmp_path: Path) -
     assert (
         value(found, "gridctl_circuit_breaker_openings_total", model="gemma", host="local-1") == 1
     )
-    assert value(found, "gridctl_hosts", state="accepting") == 2
+    assert value(found, "gridctl_hosts", state="accepting") == 3  # two nodes, one vendor engine
     assert value(found, "gridctl_hosts", state="quarantined") == 0
     assert value(found, "gridctl_residencies", state="ready", ownership="managed") == 1
     assert value(found, "gridctl_plan_assignments", existing="true") == 1
     assert value(found, "gridctl_plan_preemptions") == 0
-    assert value(found, "gridctl_pending_commands", state="queued") == 0
-    assert value(found, "gridctl_pending_commands", state="delivered") == 0
+    # the opened circuit leaves gemma short on local-1: whatever the tick queued shows
+    queued = sum(1 for p in pending if not p.delivered)
+    assert value(found, "gridctl_pending_commands", state="queued") == queued
+    assert value(found, "gridctl_pending_commands", state="delivered") == len(pending) - queued
     assert value(found, "gridctl_withdrawn_destructive_commands") == 0
     assert value(found, "gridctl_mode", mode="automatic") == 1
     codes = {
