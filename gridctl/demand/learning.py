@@ -38,6 +38,7 @@ class WorkloadDemand:
     mean_service_seconds: float
     anticipated_requests_per_minute: float = 0.0  # from mature affinity transitions
     anticipated_from: tuple[str, ...] = ()
+    anticipated_confidence: float = 0.0  # the learned edge's confidence
 
     @property
     def failures(self) -> float:
@@ -244,6 +245,7 @@ class DemandLearner:
                     target,
                     anticipated_requests_per_minute=anticipated,
                     anticipated_from=(edge.source,),
+                    anticipated_confidence=edge.confidence,
                 )
         return tuple(rows[n] for n in sorted(rows))
 

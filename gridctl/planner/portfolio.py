@@ -156,6 +156,8 @@ def portfolio_to_json(result: PortfolioResult) -> dict[str, Any]:
                 "path": g.path,
                 "canary_only": g.canary_only,
                 "reason": g.reason,
+                "workload_edge": g.edge,
+                "edge_confidence": g.edge_confidence,
             }
             for g in result.gates
         ],
@@ -169,6 +171,12 @@ def portfolio_to_json(result: PortfolioResult) -> dict[str, Any]:
                 "transition_penalty": round(c.transition_penalty, 6),
                 "confidence": round(c.confidence, 6),
                 "quality_confidence": round(c.quality_confidence, 6),
+                "effective_samples": c.samples,
+                "effective_evaluations": c.evaluations,
+                "evidence_age_seconds": c.service_age_seconds,
+                "quality_age_seconds": c.quality_age_seconds,
+                "evidence_freshness": c.service_freshness,
+                "quality_freshness": c.quality_freshness,
                 "resident": c.resident,
                 "feasible_now": c.feasible_now,
                 "compatible_hosts": c.compatible_hosts,

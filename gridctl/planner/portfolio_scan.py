@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from gridctl.demand.learning import WorkloadDemand
 from gridctl.demand.outcomes import OutcomeScore
@@ -98,6 +99,8 @@ def gate(workload: WorkloadDemand, inputs: PortfolioInputs, spare_proof: bool) -
             "anticipated",
             True,
             f"anticipated after {', '.join(workload.anticipated_from)}",
+            edge=f"{','.join(workload.anticipated_from)} -> {name}",
+            edge_confidence=round(workload.anticipated_confidence, 6),
         )
     return Gate(
         name,
@@ -472,4 +475,25 @@ class FeasibilityScan:
             startup_seconds=startup,
             preemption_paths=paths,
             rejection=rejection,
+            **_evidence_facts(outcome, policy.evidence_half_life_seconds),
         )
+
+
+def _evidence_facts(outcome: OutcomeScore | None, half_life: float) -> dict[str, Any]:
+    """Effective samples, ages and freshness (0..1, halving every half-life) for status."""
+    if outcome is None:
+        return {}
+
+    def fresh(age: float | None) -> float:
+        if age is None or half_life <= 0:
+            return 0.0
+        return round(float(0.5 ** (max(0.0, age) / half_life)), 6)
+
+    return {
+        "samples": round(outcome.samples, 6),
+        "evaluations": round(outcome.evaluations, 6),
+        "service_age_seconds": outcome.service_age_seconds,
+        "quality_age_seconds": outcome.quality_age_seconds,
+        "service_freshness": fresh(outcome.service_age_seconds),
+        "quality_freshness": fresh(outcome.quality_age_seconds),
+    }

@@ -50,6 +50,9 @@ class Gate:
     path: str  # observations | concurrency | media-canary | anticipated | none
     canary_only: bool  # weak evidence: at most one replica
     reason: str
+    # a proactive (anticipated) admission: the learned workload edge and its confidence
+    edge: str | None = None
+    edge_confidence: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +91,13 @@ class CandidateRow:
     startup_seconds: float | None
     preemption_paths: tuple[PreemptionPath, ...]
     rejection: str | None
+    # the outcome evidence behind confidence: effective (decayed) samples, age, freshness
+    samples: float = 0.0
+    evaluations: float = 0.0
+    service_age_seconds: float | None = None
+    quality_age_seconds: float | None = None
+    service_freshness: float = 0.0
+    quality_freshness: float = 0.0
 
     @property
     def preemption_only(self) -> bool:

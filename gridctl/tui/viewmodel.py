@@ -88,6 +88,8 @@ class AdmissionRow:
     eligible_hosts: int | None
     startup_estimate_seconds: float | None
     reason: str
+    # the chosen model's outcome evidence and a proactive admission's learned edge
+    evidence: tuple[str, ...] = ()
 
     @property
     def search_text(self) -> str:
@@ -308,6 +310,33 @@ def host_rows(status: Mapping[str, Any]) -> tuple[HostRow, ...]:
     return tuple(sorted(rows, key=lambda row: row.host_id))
 
 
+def _evidence_lines(status: Mapping[str, Any], workload: str, model: object) -> tuple[str, ...]:
+    """Status's evidence for the workload's chosen model, and the edge behind a
+    proactive admission (both from the portfolio section)."""
+    portfolio = status.get("portfolio")
+    if not isinstance(portfolio, Mapping):
+        return ()
+    lines: list[str] = []
+    for gate in _items(portfolio.get("gates")):
+        if gate.get("workload") == workload and gate.get("workload_edge"):
+            confidence = _num(gate.get("edge_confidence"))
+            shown = "-" if confidence is None else f"{confidence:.2f}"
+            lines.append(f"learned edge: {gate['workload_edge']} (confidence {shown})")
+    for row in _items(portfolio.get("candidates")):
+        if row.get("workload") != workload or row.get("model") != model:
+            continue
+        age = _num(row.get("evidence_age_seconds"))
+        lines.append(
+            f"evidence: {_num(row.get('effective_samples')) or 0:.1f} samples, "
+            f"confidence {_num(row.get('confidence')) or 0:.2f}, "
+            f"quality confidence {_num(row.get('quality_confidence')) or 0:.2f}, "
+            f"age {'-' if age is None else f'{age:.0f}s'}, "
+            f"freshness {_num(row.get('evidence_freshness')) or 0:.2f}, "
+            f"exploration bonus {_num(row.get('exploration_bonus')) or 0:.2f}"
+        )
+    return tuple(lines)
+
+
 def admission_rows(status: Mapping[str, Any]) -> tuple[AdmissionRow, ...]:
     rows = [
         AdmissionRow(
@@ -322,6 +351,7 @@ def admission_rows(status: Mapping[str, Any]) -> tuple[AdmissionRow, ...]:
             eligible_hosts=row.get("eligible_hosts") if "eligible_hosts" in row else None,
             startup_estimate_seconds=_num(row.get("startup_estimate_seconds")),
             reason=_str(row.get("reason")),
+            evidence=_evidence_lines(status, _str(row.get("workload")), row.get("model_id")),
         )
         for row in _items(status.get("admission"))
     ]

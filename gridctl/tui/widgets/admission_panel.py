@@ -66,6 +66,7 @@ class AdmissionTable(RowsPanel):
             f"eligible hosts: {'-' if item.eligible_hosts is None else item.eligible_hosts}",
             f"startup estimate: {cells.age(item.startup_estimate_seconds)}",
             f"reason: {item.reason}",
+            *item.evidence,
         )
 
 
