@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from gridctl.cli.forecast_cmd import observation_portfolio, print_portfolio
-from gridctl.client import ControllerClient, ControllerError
+from gridctl.client import ControllerClient, ControllerError, default_controller_url
 from gridctl.config import load_directory
 from gridctl.config.loading import yaml_files
 from gridctl.config.snapshots import load_snapshot
@@ -233,12 +233,28 @@ def run(args: argparse.Namespace) -> int:
         if args.explain:
             print_explanation(args.explain, document["plan"]["explanations"][args.explain])
         if args.out is not None:
-            where = args.against if document["inputs"] else "URL"
-            print(f"\nSaved the plan to {args.out}. Apply exactly it with:")
-            print(f"  gridctl apply {args.out} --controller {where}")
+            print_apply_hint(args.out, args.against, document)
     if args.detailed_exitcode:
         return 2 if document["changes"] else 0
     return 0
+
+
+def print_apply_hint(out: Path, against: str, document: dict[str, Any]) -> None:
+    """How to apply the saved plan, said only where `gridctl apply` will take it."""
+    print(f"\nSaved the plan to {out}.")
+    if not is_url(against):
+        print("It was made against a snapshot file: plan --against the controller URL to apply.")
+        return
+    flag = "" if against.rstrip("/") == default_controller_url() else f" --controller {against}"
+    source = document.get("source")
+    if source in (None, "api"):
+        print(f"Apply exactly it with:\n  gridctl apply {out}{flag}")
+        return
+    print(
+        f"This controller follows its {source} source: `gridctl apply {out}{flag}` is accepted "
+        "only while the plan's revision is the one in force (commit the change, let the "
+        "controller sync, then plan and apply to approve its actions)."
+    )
 
 
 def _state(row: dict[str, Any]) -> str:

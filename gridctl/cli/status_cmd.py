@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gridctl.cli.diff_cmd import drift_report
+from gridctl.cli.drain_check import stuck_replicas
 from gridctl.cli.reasons import explain
 from gridctl.client import ControllerClient, ControllerError, add_ca_file_argument
 
@@ -179,6 +180,12 @@ def render_status(doc: dict[str, Any]) -> str:
             f"{host['host_id']:<18} {host['state']:<12} {used:>14} "
             f"{_age(host['heartbeat_age_seconds']):>5}  {res}"
         )
+        if host["state"] in ("draining", "paused"):
+            for stuck in stuck_replicas(doc, host["host_id"]):
+                lines.append(
+                    f"  {host['state']} cannot complete: last ready replica of {stuck.model_id} "
+                    f"stays ({stuck.why}); `gridctl node drain --host {host['host_id']} --force`"
+                )
         for t in host.get("transfers", []):
             percent = "?" if t.get("percent") is None else f"{t['percent']:.1f}"
             lines.append(
