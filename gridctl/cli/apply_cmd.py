@@ -165,7 +165,8 @@ def dry_run(args: argparse.Namespace) -> int:
         print(json.dumps(document, indent=2, sort_keys=True))
         return 0
     print(f"dry run on {url}: its next tick holding {desired.revision[:12]} would:")
-    print(f"mode {document['mode']}")
+    why = "operator override" if document.get("mode_override") else "DIR's ControllerPolicy"
+    print(f"mode {document['mode']} ({why})")
     plan_cmd.print_diff(document)
     if not (document["actions"] or document["deferred"]):
         print("no actions")

@@ -110,6 +110,8 @@ def dry_run_document(ctl: Controller, candidate: DesiredState | None = None) -> 
     inputs, outcome = ctl.dry_run(candidate)
     document = outcome_document(inputs, outcome)
     document["source"] = ctl.desired.status().get("source")
+    override = ctl.override()
+    document["mode_override"] = override.mode.value if override else None
     return document
 
 
