@@ -58,7 +58,17 @@ def _retrieve(uri: str) -> Resource[Any]:
 
 @cache
 def _registry() -> Registry[Any]:
-    return Registry(retrieve=_retrieve)  # type: ignore[call-arg]
+    """Every schema file registered and crawled once: a validation then resolves each
+    ``$ref`` from memory instead of retrieving and re-indexing the referenced file
+    (an unregistered URI still falls back to ``_retrieve``)."""
+    base = schema_dir()
+    resources = [
+        (_uri(path), _retrieve(_uri(path)))
+        for path in sorted(base.rglob("*.schema.json"))
+        if path.is_file()
+    ]
+    registry: Registry[Any] = Registry(retrieve=_retrieve)  # type: ignore[call-arg]
+    return registry.with_resources(resources).crawl()
 
 
 @cache

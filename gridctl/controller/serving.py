@@ -164,6 +164,7 @@ class ControllerService:
         self._tls_digest: str | None = None
         self._engine_context: ssl.SSLContext | None = None
         self._server_config: uvicorn.Config | None = None
+        self._reasons: tuple[tuple[int, int], dict[str, str]] | None = None
 
     def _api_desired(self, clock: Callable[[], float]) -> ApiDesired:
         """Profiles managed over the API, restored from the store after a restart."""
@@ -253,11 +254,18 @@ class ControllerService:
         return profile.endpoints if profile else None
 
     def _unavailable_reason(self, model: str) -> str:
-        status = [m for m in self._model_rows() if m["model_id"] == model]
-        if status:
-            row = status[0]
-            return f"{row['health']}: {row['reason']}"
-        return "not configured"
+        """Why ``model`` has no ready replica, from a per-model table built once per tick:
+        a burst of 503s must not rebuild the status document (and its portfolio) each."""
+        controller = self.controller
+        key = (controller.revisions["processed"], id(controller.last_tick))
+        cached = self._reasons
+        if cached is None or cached[0] != key:
+            table = {
+                str(row["model_id"]): f"{row['health']}: {row['reason']}"
+                for row in self._model_rows()
+            }
+            cached = self._reasons = (key, table)
+        return cached[1].get(model, "not configured")
 
     def _model_rows(self) -> list[dict[str, object]]:
         rows: list[dict[str, object]] = build_status(self.controller)["models"]

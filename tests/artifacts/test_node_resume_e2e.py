@@ -26,7 +26,8 @@ from tests.node.conftest import free_port_range
 from tests.node.fake_controller import FakeController, command, serving
 from tests.node.fake_controller import wait_until as wait_for
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+# real node processes, but a controller double: slow, not e2e
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 MIB = 1024 * 1024
 HOST = "host-resume"
 MODEL = "tiny"

@@ -74,6 +74,7 @@ async def test_a_late_response_of_the_previous_artifact_is_not_the_new_ones_evid
     app = svc.build_app()
     seen: list[RequestObservation] = []
     svc.tap.add(seen.append)
+    svc.start_ticking()  # a heartbeat gets commands only from a tick that covered it
     body = {"model": "gemma", "messages": [{"role": "user", "content": "hi"}]}
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url="http://ctl"
@@ -99,6 +100,7 @@ async def test_a_late_response_of_the_previous_artifact_is_not_the_new_ones_evid
         engine.release.set()
         assert (await late).status_code == 200
         assert svc.tap.flush()
+    svc.stop_ticking()
 
     assert seen[-1].artifact_sha256 == GEMMA_SHA  # the late response proved the old weights
     assert svc.controller.demand.evidence_bodies() == {}  # and taught the new ones nothing

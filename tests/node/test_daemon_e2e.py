@@ -29,7 +29,7 @@ from tests.node.conftest import (
 )
 from tests.node.fake_controller import FakeController, command, serving, wait_until
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.slow  # real node and engine, but a controller double: not e2e
 HOST = "host-e2e"
 
 
