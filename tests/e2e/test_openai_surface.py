@@ -40,7 +40,10 @@ def fleet(tmp_path: Path) -> Iterator[Fleet]:
 def test_completions_and_embeddings_through_the_router(fleet: Fleet) -> None:
     fleet.start(machines=1)
     client = OpenAI(base_url=fleet.url + "/v1", api_key="unused", max_retries=0, timeout=120)
-    wait_for("gemma routable", lambda: len(fleet.routable(GEMMA)) >= 1, deadline=300)
+    try:
+        wait_for("gemma routable", lambda: len(fleet.routable(GEMMA)) >= 1, deadline=300)
+    except AssertionError as exc:  # say what the fleet did, not only that it timed out
+        raise AssertionError(f"{exc}\n{fleet.log()[-6000:]}") from exc
 
     completion = client.completions.create(
         model=GEMMA, prompt="The capital of France is", max_tokens=8, temperature=0
