@@ -83,11 +83,9 @@ async def test_a_late_response_of_the_previous_artifact_is_not_the_new_ones_evid
             svc.options.state_dir, "local-1", client, clock, cached={"gemma": GEMMA_SHA}
         )
         assert (await node.register()).status_code == 200
-        for _ in range(4):
-            svc.controller.tick()
-            await converge(svc, [node], rounds=1)
+        await converge(svc, [node])
         assert (await client.post("/v1/chat/completions", json=body)).status_code == 200
-        assert svc.tap.flush()
+        assert svc.tap.flush(timeout=60.0)
         assert set(svc.controller.demand.evidence_bodies()) == {("gemma", "general", GEMMA_SHA)}
 
         engine.hold = True
@@ -99,8 +97,8 @@ async def test_a_late_response_of_the_previous_artifact_is_not_the_new_ones_evid
         assert svc.controller.demand.evidence_bodies() == {}  # old evidence retired
         engine.release.set()
         assert (await late).status_code == 200
-        assert svc.tap.flush()
-    svc.stop_ticking()
+        assert svc.tap.flush(timeout=60.0)
 
+    svc.stop_ticking()
     assert seen[-1].artifact_sha256 == GEMMA_SHA  # the late response proved the old weights
     assert svc.controller.demand.evidence_bodies() == {}  # and taught the new ones nothing
