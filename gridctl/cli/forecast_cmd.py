@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gridctl.client import ControllerClient, ControllerError
 from gridctl.config import load_directory
 from gridctl.config.schemas import validator
 from gridctl.demand import DemandLearner, DemandPicture, RequestFeatures
@@ -49,7 +50,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="DIR",
         help=f"desired-state directory (default: {DEFAULT_DIRECTORY})",
     )
-    parser.add_argument("--observations", required=True, metavar="FILE.jsonl")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--observations", metavar="FILE.jsonl")
+    source.add_argument(
+        "--against",
+        metavar="URL",
+        nargs="?",
+        const="",
+        help="read a running controller's learned demand instead (default URL: the current "
+        "context's controller)",
+    )
     parser.add_argument(
         "--now",
         type=float,
@@ -173,7 +183,52 @@ def forecast_document(picture: DemandPicture) -> dict[str, Any]:
     }
 
 
+def live_document(url: str | None) -> dict[str, Any]:
+    """A running controller's forecasts and workload admission (a public read)."""
+    with ControllerClient(url or None) as client:
+        status = client.status()
+        where = client.base_url
+    return {
+        "controller": where,
+        "models": status.get("forecasts") or [],
+        "admission": status.get("admission") or [],
+        "portfolio": status.get("portfolio"),
+    }
+
+
+def print_live(doc: dict[str, Any]) -> None:
+    print(f"gridctl forecast: learned demand of {doc['controller']}")
+    print("\nModels (direct demand):")
+    for m in doc["models"]:
+        print(
+            f"  {m['model_id']:<24} {m['requests_per_minute']:.2f} req/min  concurrency "
+            f"{m['offered_concurrency']:.2f}  confidence {m['confidence']:.2f}  "
+            f"samples {m['sample_count']}"
+        )
+    if not doc["models"]:
+        print("  (none)")
+    print("\nWorkloads (unbound demand):")
+    for row in doc["admission"]:
+        print(
+            f"  {row['workload']:<16} {row['state']:<20} {row.get('model_id') or '-':<24} "
+            f"{row.get('reason') or ''}"
+        )
+    if not doc["admission"]:
+        print("  (none)")
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.against is not None:
+        try:
+            live = live_document(args.against)
+        except ControllerError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return exc.exit_code
+        if args.json:
+            print(json.dumps(live, indent=2, sort_keys=True))
+        else:
+            print_live(live)
+        return 0
     try:
         desired = load_directory(args.directory)
     except ConfigError as exc:

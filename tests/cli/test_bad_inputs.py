@@ -5,6 +5,7 @@ through ``main`` (an escaping exception fails the test) and, for a sample, as re
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -205,3 +206,17 @@ def test_real_processes_print_no_traceback(argv: list[str], tmp_path: Path) -> N
     assert result.returncode in (1, 2), result
     assert "Traceback" not in result.stderr, result.stderr
     assert result.stderr.strip(), result
+
+
+def test_forecast_reads_a_running_controllers_demand(
+    controller: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["forecast", "--against", controller, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["controller"] == controller
+    assert doc["models"] == [] and doc["admission"] == []  # no profiles, no requests yet
+    assert main(["forecast", "--against", controller]) == 0
+    assert f"learned demand of {controller}" in capsys.readouterr().out
+    dead = f"http://127.0.0.1:{free_port()}"
+    assert main(["forecast", "--against", dead]) == 2
+    assert dead in one_error_line(capsys.readouterr().err)
