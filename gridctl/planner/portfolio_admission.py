@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from gridctl.demand.learning import WorkloadDemand
-from gridctl.domain import FleetSnapshot, ModelProfile, Plan, ResidencyState
+from gridctl.domain import Assignment, FleetSnapshot, ModelProfile, Plan, ResidencyState
 from gridctl.planner.portfolio_types import AdmissionRow, AdmissionState, CandidateRow, Gate
 
 _RESIDENCY_BLOCKS = ("model_resident", "stale_artifact_in_place")
@@ -34,6 +34,32 @@ def replica_counts(snapshot: FleetSnapshot, profile: ModelProfile) -> tuple[int,
             elif r.state in (ResidencyState.LOADING, ResidencyState.WARMING):
                 starting += 1
     return ready, starting
+
+
+def _fetched_for_assignment(
+    snapshot: FleetSnapshot, profile: ModelProfile, assignments: Sequence[Assignment]
+) -> int:
+    """Assigned hosts whose load has finished and whose warm is still to come.
+
+    Between an acknowledged load and the delivery of its warm the host only shows
+    the weights on disk; the replica is still starting, so the row must not fall
+    back to "planned".
+    """
+    sha = profile.artifact.sha256
+    count = 0
+    for assignment in assignments:
+        host = snapshot.host(assignment.host_id)
+        if host is None:
+            continue
+        rows = [r for r in host.residencies if r.model_id == profile.name]
+        if any(r.state is not ResidencyState.CACHED for r in rows):
+            continue  # loading/warming/ready rows are counted by replica_counts
+        on_disk = [r.artifact_sha256 for r in rows] + [
+            c.artifact_sha256 for c in host.cached if c.model_id == profile.name
+        ]
+        if any(sha is None or have == sha for have in on_disk):
+            count += 1
+    return count
 
 
 def admission_rows(
@@ -145,6 +171,7 @@ def _chosen(
     row.desired = targets.get(model_id, 0)
     row.planned = len(assignments)
     row.ready, starting = replica_counts(snapshot, profile)
+    starting += _fetched_for_assignment(snapshot, profile, assignments)
     row.missing = max(0, row.desired - row.planned)
     if candidate is not None:
         row.eligible, row.startup = candidate.eligible_hosts, candidate.startup_seconds
