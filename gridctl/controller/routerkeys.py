@@ -3,7 +3,9 @@
 A controller that listens off loopback serves other machines' users, so its
 router asks for a key (``Authorization: Bearer KEY``, as every OpenAI client
 sends it). The key's id — never the key — is attached to the request
-(``request.state.router_client``) so demand is attributed per key.
+(``request.state.router_client``) so demand is attributed per key. The
+evaluation marker (``gridctl.router.evaluation``) is checked here too, after
+the key: ``request.state.evaluation`` says whether the request is marked.
 """
 
 from __future__ import annotations
@@ -17,13 +19,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from gridctl.router.evaluation import OperatorCheck, evaluation_marker
 from gridctl.transport import is_loopback
 
 ClientCheck = Callable[[Any], tuple[str | None, str | None]]  # request -> (key id, refusal)
 
 
-def guard_router_route(route: Route, check: ClientCheck) -> Route:
-    """``route`` behind the router key check (a 401 in the OpenAI error shape)."""
+def guard_router_route(
+    route: Route, check: ClientCheck, is_operator: OperatorCheck = lambda _request: False
+) -> Route:
+    """``route`` behind the router key check (a 401 in the OpenAI error shape) and the
+    evaluation marker check (a 403 unless ``is_operator``)."""
     inner = route.endpoint
 
     async def endpoint(request: Request) -> Response:
@@ -40,7 +46,11 @@ def guard_router_route(route: Route, check: ClientCheck) -> Route:
                 },
                 status_code=401,
             )
+        marked = evaluation_marker(request, is_operator)
+        if isinstance(marked, Response):
+            return marked
         request.state.router_client = key_id
+        request.state.evaluation = marked
         response: Response = await inner(request)
         return response
 

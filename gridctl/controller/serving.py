@@ -41,6 +41,7 @@ from gridctl.controller.watching import DesiredSource, watch_directory
 from gridctl.credentials import (
     DEFAULT_TTL_SECONDS,
     CredentialError,
+    operator_capability_matches,
     presented_operator_capability,
 )
 from gridctl.domain import DesiredState
@@ -54,6 +55,7 @@ from gridctl.transport import base_url, is_loopback
 log = logging.getLogger(__name__)
 
 
+OPERATOR_CLIENT = "operator"  # the client id of /v1 requests made with the operator capability
 KEEP_ALIVE_SECONDS = 30  # above the node's 5 s heartbeat, so reuse never races a close
 
 
@@ -412,7 +414,10 @@ class ControllerService:
         )
         # proxy measurements: per-model speed evidence in placement snapshots
         self.registry.measured = router.attribution.model_speeds
-        routes = [guard_router_route(r, self._router_client) for r in router.routes()]
+        routes = [
+            guard_router_route(r, self._router_client, self._presents_operator)
+            for r in router.routes()
+        ]
         if self.identity is not None:
             routes = self.identity.routes() + routes
         app = ControllerApp(
@@ -491,6 +496,14 @@ class ControllerService:
         """(key id, refusal) for a /v1 request: who is asking, or why they may not."""
         if self.identity is None or not self.router_keys_required():
             return None, None
+        if self._presents_operator(request):
+            return OPERATOR_CLIENT, None  # the operator capability outranks a router key
         presented = presented_operator_capability(request.headers)
         check = self.identity.membership.check_router_key(presented)
         return check.key_id, (check.reason or None)
+
+    def _presents_operator(self, request: Any) -> bool:
+        """Whether a request carries the operator capability (never true without one)."""
+        token = self.operator_token
+        presented = presented_operator_capability(request.headers)
+        return bool(token) and operator_capability_matches(presented, token)

@@ -179,6 +179,7 @@ class Router:
                     wait_seconds=waited[0],
                     client=getattr(request.state, "router_client", None),
                     artifact_sha256=sha,
+                    evaluation=getattr(request.state, "evaluation", False),
                 )
             )
 
@@ -433,6 +434,7 @@ def observation(
     wait_seconds: float,
     client: str | None = None,
     artifact_sha256: str | None = None,
+    evaluation: bool = False,
 ) -> RequestObservation:
     return RequestObservation(
         t=t,
@@ -452,4 +454,5 @@ def observation(
         wait_seconds=wait_seconds,
         client=client,
         artifact_sha256=artifact_sha256 if host else None,
+        evaluation=evaluation,
     )

@@ -164,6 +164,7 @@ async def forward_unbound(
                 workload=decision.workload,
                 session=affinity.session_token(session),
                 artifact_sha256=sha if host else None,
+                evaluation=getattr(request.state, "evaluation", False),
             )
         )
 
