@@ -22,8 +22,9 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from gridctl.demand import DemandLearner, DemandPicture, features_of
+from gridctl.demand import DemandLearner, DemandPicture
 from gridctl.demand.direct import gated_demand, with_correlation
+from gridctl.demand.intake import RequestObservation, learned_forecast, observation_features
 from gridctl.domain import (
     ControllerPolicy,
     DesiredState,
@@ -32,7 +33,6 @@ from gridctl.domain import (
     WorkloadCatalog,
 )
 from gridctl.planner.portfolio_inputs import portfolio_inputs
-from gridctl.router.telemetry import RequestObservation
 
 __all__ = ["DemandBook", "portfolio_inputs", "with_correlation"]
 
@@ -84,25 +84,7 @@ class DemandBook:
             return self._learner.outcomes.restore(bodies)
 
     def _learn(self, observation: RequestObservation) -> None:
-        modality = observation.modality if observation.modality in ("image", "video") else "text"
-        self._learner.observe(
-            features_of(
-                t=observation.t,
-                endpoint=observation.endpoint,
-                model=observation.model,
-                served_model=observation.served_model,
-                workload=observation.workload,
-                modality=modality,
-                input_units=observation.input_units,
-                output_units=observation.output_units,
-                service_seconds=observation.service_seconds,
-                queue_depth=observation.queue_depth,
-                outcome=observation.outcome,
-                session_hash=observation.session,
-                artifact_sha256=observation.artifact_sha256,
-                evaluation=observation.evaluation,
-            )
-        )
+        self._learner.observe(observation_features(observation))
 
     def configure(self, models: Iterable[str]) -> None:
         with self._lock:
@@ -148,5 +130,4 @@ class DemandBook:
         learner.policy = learner.sequences.policy = learner.outcomes.policy = desired.policy
         learner.catalog = desired.catalog
         learner.configure({p.name: p.artifact.sha256 for p in desired.profiles})
-        picture = learner.picture(now)
-        return picture, gated_demand(picture.models, learner.direct, now, desired.policy)
+        return learned_forecast(learner, now, desired.policy)

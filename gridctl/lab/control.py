@@ -1,23 +1,25 @@
 """The lab's controller: the production tick on a simulated clock.
 
 Per tick this runs what ``gridctl.controller.control.Controller`` runs, through
-the same pure entry points: the demand learners' picture, the direct forecast
-with correlation merged in, pending work overlaid on the fleet snapshot, the
-portfolio (which calls the placement planner), and the reconciler in automatic
-mode; then delivery of executable commands, fenced with a term and plan
-generation, holding back a destructive command while too few other ready
-replicas remain (the controller's delivery check). Strategies change only
+the same pure entry points: simulated router observations folded into the
+production learners (``observation_features``), the learners' picture and
+their gated direct forecast (``learned_forecast``) with correlation merged
+in, pending work overlaid on the fleet snapshot, the portfolio (which calls
+the placement planner), and the reconciler in automatic mode; then delivery
+of executable commands, fenced with a term and plan generation, holding back
+a destructive command while too few other ready replicas remain (the
+controller's delivery check). Strategies change only
 what is planned, never the physics or the arrivals.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from gridctl.demand import DemandLearner, RequestFeatures
-from gridctl.demand.direct import direct_forecast, retention, with_correlation
+from gridctl.demand import DemandLearner, DemandPicture
+from gridctl.demand.direct import with_correlation
+from gridctl.demand.intake import RequestObservation, learned_forecast, observation_features
 from gridctl.domain import (
     Action,
     ActionKind,
@@ -53,14 +55,6 @@ from gridctl.reconcile.overlays import with_pending_work
 CONTROLLER_ID = "lab-controller"
 TERM = 1
 EPOCH = "1ab"
-MAX_SAMPLES = 20_000
-
-
-@dataclass(frozen=True, slots=True)
-class Sample:
-    t: float
-    outcome: str
-    service_seconds: float
 
 
 @dataclass
@@ -80,7 +74,6 @@ class LabController:
         self.profiles = {p.name: p for p in desired.profiles}
         self.learner = DemandLearner(desired.policy, desired.catalog)
         self.learner.configure({p.name: p.artifact.sha256 for p in desired.profiles})
-        self.samples: dict[str, deque[Sample]] = {}
         self.book = ActionBook()
         self.memory = ControllerMemory()
         self.sequence = 0
@@ -91,19 +84,17 @@ class LabController:
 
     # -- intake --------------------------------------------------------------------
 
-    def observe(self, features: RequestFeatures) -> None:
-        self.learner.observe(features)
-        model = features.model
-        if model is not None and model in self.profiles:
-            series = self.samples.setdefault(model, deque(maxlen=MAX_SAMPLES))
-            series.append(Sample(features.t, features.outcome, features.service_seconds))
+    def observe(self, observation: RequestObservation) -> None:
+        """One simulated router observation, as the controller's demand book takes it."""
+        self.learner.observe(observation_features(observation))
 
-    def _samples(self, now: float) -> dict[str, list[Sample]]:
-        keep = retention(self.policy)
-        for series in self.samples.values():
-            while series and series[0].t < now - keep:
-                series.popleft()
-        return {m: list(s) for m, s in self.samples.items()}
+    def forecast(self, now: float) -> tuple[DemandPicture, tuple[ModelDemand, ...]]:
+        """The learners' picture and the demand the planner gets: their gated direct
+        forecast with correlation merged in (predictive inputs removed for reactive)."""
+        picture, direct = learned_forecast(self.learner, now, self.policy)
+        if self.strategy is Strategy.REACTIVE:
+            picture = reactive_picture(picture)
+        return picture, with_correlation(direct, picture, self.profiles)
 
     # -- the tick ------------------------------------------------------------------
 
@@ -111,12 +102,9 @@ class LabController:
         self, now: float, hosts: tuple[HostSnapshot, ...]
     ) -> tuple[Decision, PortfolioResult]:
         desired = self.desired
-        picture = self.learner.picture(now)
+        picture, forecast = self.forecast(now)
         if self.strategy is Strategy.REACTIVE:
-            picture = reactive_picture(picture)
             desired = replace(desired, policy=reactive_policy(desired.policy))
-        direct = direct_forecast(self._samples(now), now, desired.policy)
-        forecast = with_correlation(direct, picture, self.profiles)
         snapshot = with_pending_work(
             FleetSnapshot(now=now, hosts=hosts, demand=forecast), self.book.pending_list(), now
         )
@@ -239,9 +227,10 @@ def _ready_hosts(
 
 def _holds_last(action: Action, plan: Plan, hosts: Mapping[str, HostSnapshot]) -> bool:
     """The controller's delivery check: a serving replica is not removed while fewer
-    other ready replicas remain than the plan's target."""
+    other ready replicas remain than the plan's target, unless the plan names it an
+    explicit preemption victim (the victim drains first, invariant 3)."""
     target = dict(plan.targets).get(action.model_id, 0)
-    if target <= 0 or action.kind is ActionKind.EVICT:
+    if target <= 0 or action.kind is ActionKind.EVICT or _preempted(action, plan):
         return False
     ready = _ready_hosts(action.model_id, hosts)
     if action.host_id not in ready:
@@ -249,13 +238,20 @@ def _holds_last(action: Action, plan: Plan, hosts: Mapping[str, HostSnapshot]) -
     return len(ready - {action.host_id}) < target
 
 
+def _preempted(action: Action, plan: Plan) -> bool:
+    return any(
+        p.model_id == action.model_id and p.host_id == action.host_id for p in plan.preemptions
+    )
+
+
 def last_replica_removals(
     actions: tuple[Action, ...], plan: Plan, hosts: tuple[HostSnapshot, ...]
 ) -> list[str]:
-    """Safety: executable drains that would take a wanted model's last ready replica."""
+    """Safety: executable drains that would take a wanted model's last ready replica
+    (an explicit higher-priority preemption the plan names is the spec's exception)."""
     found: list[str] = []
     for action in actions:
-        if action.kind is not ActionKind.DRAIN:
+        if action.kind is not ActionKind.DRAIN or _preempted(action, plan):
             continue
         if dict(plan.targets).get(action.model_id, 0) <= 0:
             continue

@@ -216,9 +216,9 @@ def run(world: World, strategy: Strategy, *, keep_plans: bool = False) -> Run:
                 acc.safety.append(f"memory over capacity on {host_id} at minute {minute}")
         pool = replicas(list(nodes.values()), profiles)
         mapping = dict(outcome.decision.mapping)
-        log, features = serve_minute(arrivals, pool, mapping, profiles, classify, sessions)
-        for f in features:
-            controller.observe(f)
+        log, observations = serve_minute(arrivals, pool, mapping, profiles, classify, sessions)
+        for o in observations:
+            controller.observe(o)
         consumed.extend(arrivals)
         minute_counts, named_counts = dict(log.workload_counts), dict(log.named_counts)
         acc.minute(minute, log)

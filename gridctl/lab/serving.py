@@ -7,7 +7,8 @@ else to the best-scoring ready model (the router's rule), else an honest 503. Ea
 serves ``replica_concurrency`` requests at a time, its service time scaled by
 the host's speed and thermal derating; routed device-time beyond that
 capacity becomes deterministic failures, latency inflation and queue depth,
-all fed back to the learners as the production router would report them.
+all reported as the production router reports them: one ``RequestObservation``
+per request, which the lab's controller feeds to the production learners.
 """
 
 from __future__ import annotations
@@ -15,10 +16,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from gridctl.demand import RequestFeatures, affinity_hash, classify_workload, features_of
+from gridctl.demand import affinity_hash, classify_workload
+from gridctl.demand.intake import RequestObservation
 from gridctl.domain import ModelProfile, ResidencyState, WorkloadCatalog
 from gridctl.lab.arrivals import MINUTE, Arrival
 from gridctl.lab.nodes import SimNode
+
+STATUS = {"ok": 200, "error": 502, "rejected": 503}  # as the router answers
 
 
 @dataclass
@@ -92,9 +96,9 @@ def serve_minute(
     profiles: Mapping[str, ModelProfile],
     classify: Classifier,
     sessions: dict[str, str],
-) -> tuple[MinuteLog, list[RequestFeatures]]:
+) -> tuple[MinuteLog, list[RequestObservation]]:
     log = MinuteLog()
-    features: list[RequestFeatures] = []
+    observations: list[RequestObservation] = []
     ranked: dict[str, list[str]] = {}
 
     def scorers(workload: str) -> list[str]:
@@ -153,21 +157,23 @@ def serve_minute(
         session = sessions.get(arrival.session)
         if session is None:
             session = sessions[arrival.session] = affinity_hash(arrival.session)
-        features.append(
-            features_of(
+        observations.append(
+            RequestObservation(
                 t=arrival.t + latency,
                 endpoint=arrival.endpoint,
                 model=arrival.model,
                 served_model=model,
-                workload=workload,
-                modality=arrival.modality,
-                input_units=arrival.input_units,
-                output_units=arrival.output_units if outcome == "ok" else 0,
+                host_id=host,
+                outcome=outcome,
+                status=STATUS[outcome],
                 service_seconds=latency,
                 queue_depth=queue,
-                outcome=outcome,
-                session_hash=session,
+                input_units=arrival.input_units,
+                output_units=arrival.output_units if outcome == "ok" else 0,
+                modality=arrival.modality,
+                workload=workload,
+                session=session,
                 artifact_sha256=profile.artifact.sha256 if profile else None,
             )
         )
-    return log, features
+    return log, observations

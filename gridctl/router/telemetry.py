@@ -17,37 +17,14 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+
+from gridctl.demand.intake import RequestObservation
+
+__all__ = ["QUEUE_LIMIT", "RequestObservation", "Sink", "TelemetryTap"]
 
 log = logging.getLogger(__name__)
 
 QUEUE_LIMIT = 4096
-
-
-@dataclass(frozen=True)
-class RequestObservation:
-    """Bounded features of one finished request."""
-
-    t: float
-    endpoint: str  # chat | completions | embeddings
-    model: str | None  # as requested
-    served_model: str | None
-    host_id: str | None
-    outcome: str  # ok | error | rejected
-    status: int
-    service_seconds: float
-    queue_depth: int = 0  # requests waiting for a slot of this model when it arrived
-    input_units: int = 0  # approximate (body bytes / 4)
-    output_units: int = 0  # completion tokens when the engine reported them
-    modality: str = "text"  # text | image | audio | embedding
-    workload: str = "general"  # coarse class from request shape, never from content
-    session: str | None = None  # double-hashed affinity key
-    wait_seconds: float = 0.0  # time spent waiting for an admission slot
-    client: str | None = None  # the router key's id (never the key) when keys are in use
-    # the artifact the serving replica proved (its residency's digest): outcome evidence
-    # is keyed by it, so a late response from a previous revision never credits the new one
-    artifact_sha256: str | None = None
-    evaluation: bool = False  # operator-marked evaluation: speed and quality, never demand
 
 
 Sink = Callable[[RequestObservation], None]
