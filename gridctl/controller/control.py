@@ -28,6 +28,7 @@ from gridctl.controller.stores import Lease
 from gridctl.controller.ticking import TickInputs, TickOutcome, compute_tick
 from gridctl.controller.timings import TimingKind, estimate
 from gridctl.demand.direct import with_queued_work
+from gridctl.demand.rows import RowKey
 from gridctl.domain import (
     Action,
     ActionKind,
@@ -164,6 +165,10 @@ class Controller:
         # outcome evidence survives a restart; the tick persists what changed
         self._persisted_evidence = store.evidence()
         self.demand.restore_evidence(self._persisted_evidence)
+        # so do the demand series and affinity sequences, within their windows
+        self._persisted_demand: dict[RowKey, str] = {}
+        self._persisted_demand_revision: int | None = None
+        self._restore_demand()
         self.registry.restore_watermarks(
             {m: used for m, (used, _peak) in store.watermarks().items() if used is not None}
         )
@@ -492,6 +497,7 @@ class Controller:
             )
         plan, result, snapshot = outcome.plan, outcome.result, outcome.snapshot
         self._persist_evidence()
+        self._persist_demand()
         generation = self.store.next_plan_generation(plan.input_digest)
         held = {p.action_id: p for p in inputs.pending}
         self.store.apply_tick(
@@ -542,6 +548,34 @@ class Controller:
                 (now, snapshot.hosts, tuple(desired.profiles), picture.revision if picture else 0),
                 outcome.portfolio,
             )
+
+    def _restore_demand(self) -> None:
+        rows = self.store.demand_rows()
+        restored = self.demand.restore_demand(rows, self.policy(), self.clock())
+        # every stored row, valid or not: the next write removes what was not restored
+        self._persisted_demand = {(k, n, s): str(b) for k, n, s, b in rows}
+        for refusal in restored.refused:
+            log.warning("%s", refusal)
+        if restored.refused:
+            self.warnings.append(
+                f"{len(restored.refused)} persisted demand row(s) refused and dropped "
+                f"({restored.restored} restored, {restored.expired} past their window): "
+                f"{restored.refused[0]}"
+            )
+
+    def _persist_demand(self) -> None:
+        """Write the demand rows that changed since the last write; drop the ones gone."""
+        found = self.demand.demand_rows(unless_revision=self._persisted_demand_revision)
+        if found is None:
+            return
+        revision, rows = found
+        before = self._persisted_demand
+        changed = {key: body for key, body in rows.items() if before.get(key) != body}
+        gone = [key for key in before if key not in rows]
+        if changed or gone:
+            self.store.write_demand(changed, gone)
+        self._persisted_demand = rows
+        self._persisted_demand_revision = revision
 
     def _persist_evidence(self) -> None:
         """Write the outcome evidence keys whose counters changed since the last write."""

@@ -10,7 +10,9 @@ names cannot grow state. ``forecast`` is the learners' direct per-model
 forecast behind the evidence gate (``gridctl.demand.direct.gated_demand``);
 ``picture`` copies the learners' bounded state under the telemetry lock, and
 portfolio planning runs on that immutable picture after the lock is released,
-so request completion never waits on it. ``with_correlation`` merges the
+so request completion never waits on it. ``demand_rows`` and ``restore_demand``
+carry the bucket series and affinity sequences across a restart
+(``gridctl.demand.rows``). ``with_correlation`` merges the
 picture's correlated (inferred-only) demand into the direct forecasts for the
 live plan; it, the gate and ``portfolio_inputs`` are pure and re-exported here.
 """
@@ -25,6 +27,7 @@ from typing import Any
 from gridctl.demand import DemandLearner, DemandPicture
 from gridctl.demand.direct import gated_demand, with_correlation
 from gridctl.demand.intake import RequestObservation, learned_forecast, observation_features
+from gridctl.demand.rows import Restored, Row, RowKey, learner_rows, restore_rows
 from gridctl.domain import (
     ControllerPolicy,
     DesiredState,
@@ -82,6 +85,31 @@ class DemandBook:
         """Load outcome evidence persisted by an earlier controller process."""
         with self._lock:
             return self._learner.outcomes.restore(bodies)
+
+    def demand_rows(
+        self, unless_revision: int | None = None
+    ) -> tuple[int, dict[RowKey, str]] | None:
+        """The learners' series and sequences as store rows, with the learner revision
+        they reflect; None when that revision is still ``unless_revision``."""
+        with self._lock:
+            learner = self._learner
+            if learner.revision == unless_revision:
+                return None
+            rows = learner_rows(learner.direct, learner.unbound, learner.sequences)
+            return learner.revision, rows
+
+    def restore_demand(self, rows: list[Row], policy: ControllerPolicy, now: float) -> Restored:
+        """Load series and sequences persisted by an earlier controller process, within
+        their windows at ``now``; invalid rows are refused one by one (``Restored``)."""
+        restored = restore_rows(rows, policy, now)
+        with self._lock:
+            learner = self._learner
+            learner.direct = dict(restored.direct)
+            learner.unbound = dict(restored.unbound)
+            learner.sequences.restore(restored.cursors, restored.transitions)
+            learner.revision += 1
+            self.revision += 1
+        return restored
 
     def _learn(self, observation: RequestObservation) -> None:
         self._learner.observe(observation_features(observation))

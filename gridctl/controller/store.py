@@ -2,7 +2,8 @@
 
 Holds the last good profile revision, the operator's mode override, pending
 and finished actions with their receipts, learned warm/transfer timings,
-demand watermarks, outcome evidence, withdrawn destructive batches,
+demand watermarks, outcome evidence, the demand learners' bucket series and
+affinity sequences (rows of ``gridctl.demand.rows``), withdrawn destructive batches,
 retirement tombstones, and the plan-generation epoch and sequence. Every write
 is one transaction. Opening quarantines a corrupt SQLite database (see
 ``store_schema``); the clean store then starts in recommend mode and keeps a
@@ -470,3 +471,31 @@ class ControllerStore:
         with self._tx() as conn:
             conn.execute("DELETE FROM watermarks WHERE model_id = ?", (model_id,))
             conn.execute("DELETE FROM evidence WHERE model_id = ?", (model_id,))
+            conn.execute("DELETE FROM demand_state WHERE kind = 'direct' AND name = ?", (model_id,))
+
+    # --- demand learner state -------------------------------------------------------------
+
+    def demand_rows(self) -> list[tuple[Any, Any, Any, Any]]:
+        """Every persisted (kind, name, slot, body) row, unvalidated (the learner checks)."""
+        return self._read(
+            "SELECT kind, name, slot, body FROM demand_state ORDER BY kind, name, slot"
+        )
+
+    def write_demand(
+        self,
+        upserts: Mapping[tuple[str, str, float], str],
+        deletes: Iterable[tuple[str, str, float]],
+    ) -> None:
+        """Write changed rows and remove dropped ones, in one transaction."""
+        now = self._clock()
+        with self._tx() as conn:
+            conn.executemany(
+                "DELETE FROM demand_state WHERE kind = ? AND name = ? AND slot = ?",
+                [tuple(key) for key in deletes],
+            )
+            conn.executemany(
+                "INSERT INTO demand_state (kind, name, slot, body, updated_at) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (kind, name, slot) "
+                "DO UPDATE SET body = excluded.body, updated_at = excluded.updated_at",
+                [(*key, body, now) for key, body in upserts.items()],
+            )

@@ -62,10 +62,21 @@ CREATE TABLE IF NOT EXISTS tombstones (
     min_residency_seconds REAL NOT NULL);
 """
 
+# added after the first release: created when missing, so an older database opens as is
+DEMAND_DDL = """
+CREATE TABLE IF NOT EXISTS demand_state (
+    kind TEXT NOT NULL, name TEXT NOT NULL, slot REAL NOT NULL,
+    body TEXT NOT NULL, updated_at REAL NOT NULL,
+    PRIMARY KEY (kind, name, slot));
+"""
+ADDED_TABLES = frozenset({"demand_state"})
+
 TABLES = frozenset(
     {"meta", "profiles", "overrides", "actions", "receipts", "timings", "watermarks"}
     | {"evidence", "withdrawn", "tombstones"}
+    | ADDED_TABLES
 )
+REQUIRED_TABLES = TABLES - ADDED_TABLES
 
 
 @dataclass(frozen=True)
@@ -86,7 +97,7 @@ def connect(target: str) -> sqlite3.Connection:
 
 def _initialise(conn: sqlite3.Connection, now: float) -> None:
     conn.execute("BEGIN IMMEDIATE")
-    for statement in DDL.split(";"):
+    for statement in (DDL + DEMAND_DDL).split(";"):
         if statement.strip():
             conn.execute(statement)
     row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
@@ -111,8 +122,8 @@ def _verify(conn: sqlite3.Connection) -> None:
     names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if not names:
         return  # a brand-new file
-    if TABLES - names:
-        raise sqlite3.DatabaseError(f"missing tables: {sorted(TABLES - names)}")
+    if REQUIRED_TABLES - names:
+        raise sqlite3.DatabaseError(f"missing tables: {sorted(REQUIRED_TABLES - names)}")
     row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     if row is None or not str(row[0]).isdigit():
         raise sqlite3.DatabaseError("no schema version")

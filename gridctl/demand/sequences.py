@@ -156,6 +156,17 @@ class SequenceLearner:
             )
         return tuple(result)
 
+    def restore(
+        self, cursors: dict[str, Cursor], transitions: dict[tuple[str, str], TransitionStats]
+    ) -> None:
+        """Replace what is held with persisted state (least recently seen first)."""
+        self.cursors = dict(sorted(cursors.items(), key=lambda kv: (kv[1].seen, kv[0])))
+        self.transitions = dict(sorted(transitions.items(), key=lambda kv: (kv[1].seen, kv[0])))
+        self._oldest_seen = min(
+            [c.seen for c in self.cursors.values()] + [s.seen for s in self.transitions.values()],
+            default=float("inf"),
+        )
+
     def state(self) -> dict[str, object]:
         """Everything the learner holds, JSON-shaped (for persistence and privacy checks)."""
         return {

@@ -16,7 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from gridctl.controller.authority import LEASE_DATABASE
-from gridctl.controller.store_schema import DATABASE_NAME, SCHEMA_VERSION, TABLES
+from gridctl.controller.store_schema import (
+    ADDED_TABLES,
+    DATABASE_NAME,
+    REQUIRED_TABLES,
+    SCHEMA_VERSION,
+    TABLES,
+)
 from gridctl.controller.stores.postgres import PostgresLocation, _Connection
 from gridctl.errors import PermanentError
 
@@ -32,6 +38,7 @@ TABLE_ORDER = (
     "evidence",
     "withdrawn",
     "tombstones",
+    "demand_state",
 )
 STATE_TABLES = ("profiles", "actions", "receipts", "evidence", "withdrawn", "tombstones")
 assert set(TABLE_ORDER) == TABLES
@@ -72,13 +79,17 @@ def _read_source(database: Path) -> tuple[dict[str, tuple[list[str], list[tuple[
         if check is None or check[0] != "ok":
             raise PermanentError(f"--from {database}: not a healthy database ({check})")
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if TABLES - names:
-            raise PermanentError(f"--from {database}: missing tables {sorted(TABLES - names)}")
+        if REQUIRED_TABLES - names:
+            missing = sorted(REQUIRED_TABLES - names)
+            raise PermanentError(f"--from {database}: missing tables {missing}")
         version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         if version is None or int(version[0]) != SCHEMA_VERSION:
             raise PermanentError(f"--from {database}: schema version {version} is not ours")
         tables: dict[str, tuple[list[str], list[tuple[Any, ...]]]] = {}
         for table in TABLE_ORDER:
+            if table in ADDED_TABLES and table not in names:
+                tables[table] = ([], [])  # a database no newer gridctl has opened yet
+                continue
             cursor = conn.execute(f"SELECT * FROM {table}")
             columns = [d[0] for d in cursor.description]
             tables[table] = (columns, list(cursor.fetchall()))
@@ -123,6 +134,8 @@ def migrate_sqlite_to_postgres(path: Path, location: PostgresLocation) -> Copied
                     )
             for table in TABLE_ORDER:
                 columns, rows = tables[table]
+                if table == "meta":  # the target's own migrations set its schema version
+                    rows = [r for r in rows if r[0] != "schema_version"]
                 _copy(conn, table, columns, rows)
             conn.execute(
                 "SELECT setval(pg_get_serial_sequence('receipts', 'seq'), "

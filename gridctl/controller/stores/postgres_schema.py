@@ -3,7 +3,8 @@
 Version 1 is the SQLite schema (``store_schema.DDL``) with PostgreSQL's types
 (``DOUBLE PRECISION`` for times, ``BIGINT`` for counters, ``BIGSERIAL`` for
 receipt order) plus the authority lease: one row, its expiry kept in the
-database server's clock. Each migration runs once, in a transaction holding the
+database server's clock. Version 2 adds the demand learners' rows
+(``store_schema.DEMAND_DDL``). Each migration runs once, in a transaction holding the
 schema lock, and records its number in ``meta.schema_version``; a database
 newer than this gridctl is refused rather than written.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from gridctl.controller.store_schema import DDL
+from gridctl.controller.store_schema import DDL, DEMAND_DDL
 
 LEASE_DDL = """
 CREATE TABLE IF NOT EXISTS authority_lease (
@@ -36,5 +37,6 @@ def postgres_ddl(sqlite_ddl: str) -> str:
 # (version, what it does, statements); append only, never edit a released one
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (1, "controller tables and the authority lease", postgres_ddl(DDL) + LEASE_DDL),
+    (2, "demand buckets and affinity sequences", postgres_ddl(DEMAND_DDL)),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
