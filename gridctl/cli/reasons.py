@@ -16,6 +16,7 @@ from gridctl.planner.portfolio_types import AdmissionState
 from gridctl.planner.rejections import RejectionCode
 from gridctl.reconcile.codes import BlockedCode, CancelReason
 from gridctl.reconcile.fencing import AdmissionReason
+from gridctl.reconcile.seeding import SeedFallback
 
 GLOSSARY: dict[str, tuple[type[StrEnum], dict[str, str]]] = {
     "Held actions (BlockedCode)": (
@@ -39,6 +40,8 @@ GLOSSARY: dict[str, tuple[type[StrEnum], dict[str, str]]] = {
             "mutation_governor": "the fleet-wide limit of concurrent changes is reached",
             "host_governor": "this host's limit of concurrent changes is reached",
             "artifact_fanout": "too many hosts are fetching this artifact at once",
+            "artifact_seeding": "no host holds a verified copy of this artifact yet: one host "
+            "fetches it from the origin, the others then fetch it from that peer",
             "dependency_deferred": "the load it depends on is held back",
             "withdrawn_destructive": "a destructive batch was withdrawn on fresh evidence",
             "membership_recovery": "after a controller restart the fleet view may be "
@@ -55,6 +58,15 @@ GLOSSARY: dict[str, tuple[type[StrEnum], dict[str, str]]] = {
             "withdrawn_for_higher_class": "withdrawn to make room for higher-priority work",
             "withdrawn_unsafe": "a destructive batch withdrawn on fresh evidence",
             "membership_recovery_expired": "restored after a restart but its grace ran out",
+        },
+    ),
+    "Why a load skipped its artifact's seed (SeedFallback)": (
+        SeedFallback,
+        {
+            "artifact_seed_failed": "the latest fetch of this artifact failed, so the next "
+            "hosts fetch from the origin again (within the fanout limit)",
+            "artifact_seed_host_unavailable": "the host fetching this artifact first stopped "
+            "heartbeating, so another host fetches it from the origin",
         },
     ),
     "Why a host cannot take a model (RejectionCode)": (

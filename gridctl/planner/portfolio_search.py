@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from gridctl.demand.learning import WorkloadDemand
 from gridctl.domain import FleetSnapshot, ModelDemand, ModelProfile, Plan
-from gridctl.planner.portfolio_scan import deny, protected_models, with_demand
+from gridctl.planner.portfolio_scan import deny, protected_models, with_demand, workload_confidence
 from gridctl.planner.portfolio_types import (
     CandidateRow,
     Evaluation,
@@ -130,11 +130,13 @@ def portfolio_demand(state: SearchState, mapping: Mapping_) -> tuple[ModelDemand
         profile = profiles[model_id]
         rate = 0.0
         weak = True
+        confidence = 0.0
         for w in workloads:
             d = state.demand[w]
             # an unbound queue is workload backlog, not this model's concurrency
             rate += max(d.requests_per_minute, d.anticipated_requests_per_minute)
             weak = weak and state.gates[w].canary_only
+            confidence = max(confidence, prediction_confidence(d))
         rate = max(rate, 1e-6)
         row = next((r for w in workloads if (r := row_for(state, w, model_id)) is not None), None)
         if model_id in preempting and row is not None and _unvalidated_replacement(row):
@@ -151,8 +153,19 @@ def portfolio_demand(state: SearchState, mapping: Mapping_) -> tuple[ModelDemand
         if model_id in preempting:
             rows.append(ModelDemand(model_id, requests_per_minute=rate, confidence=0.0))
         else:
-            rows.append(ModelDemand(model_id, correlated_requests_per_minute=rate, confidence=0.0))
+            rows.append(
+                ModelDemand(model_id, correlated_requests_per_minute=rate, confidence=confidence)
+            )
     return tuple(rows)
+
+
+def prediction_confidence(demand: WorkloadDemand) -> float:
+    """How sure the prediction behind a counterfactual row is: the workload's own evidence
+    weight, or the learned transition's confidence when it is anticipated. Only the
+    predictive cache weighs it (value per MB); placement reads the rate, and these rows
+    carry no trend for the confidence to scale."""
+    anticipated = demand.anticipated_confidence if demand.anticipated_requests_per_minute else 0.0
+    return min(1.0, max(workload_confidence(demand), anticipated))
 
 
 def _unvalidated_replacement(row: CandidateRow) -> bool:

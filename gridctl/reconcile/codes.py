@@ -32,6 +32,7 @@ class BlockedCode(StrEnum):
     MUTATION_GOVERNOR = "mutation_governor"  # global concurrent-mutation limit
     HOST_GOVERNOR = "host_governor"  # per-host concurrent-mutation limit
     ARTIFACT_FANOUT = "artifact_fanout"  # exact-artifact load fanout
+    ARTIFACT_SEEDING = "artifact_seeding"  # no verified copy yet: one origin fetch at a time
     DEPENDENCY_DEFERRED = "dependency_deferred"  # its load is held back
     # withdrawal and restart
     WITHDRAWN_DESTRUCTIVE = "withdrawn_destructive"

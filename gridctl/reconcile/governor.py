@@ -10,11 +10,13 @@ preemption wave, already-drained before idle before busy victims; then ids.
 
 Limits: a global and a per-host count of concurrent mutations, where every
 pending action (delivered or not) holds a slot, and an exact-artifact load
-fanout counting pending and observed running loads of the same digest. A dependent warm whose
-load is held back is held back too. When a slot is full, an undelivered
-constructive action of a strictly lower service class may be withdrawn (a
-leaf warm before its load, the newest first); delivered actions keep their
-slots until acknowledged, and equal-class work is never churned.
+fanout counting pending and observed running loads of the same digest, and, while no
+host holds a verified copy of that digest yet, one origin download at a time
+(``seeding``). A dependent warm whose load is held back is held back too.
+When a slot is full, an undelivered constructive action of a strictly lower
+service class may be withdrawn (a leaf warm before its load, the newest
+first); delivered actions keep their slots until acknowledged, and
+equal-class work is never churned.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from gridctl.domain import ActionKind, ControllerPolicy, DemandClass
 from gridctl.reconcile.codes import BlockedCode, CancelReason
 from gridctl.reconcile.observing import FleetView, artifact_identity
 from gridctl.reconcile.proposals import Proposal
-from gridctl.reconcile.records import Cancellation, PendingAction
+from gridctl.reconcile.records import Cancellation, HistoryEntry, PendingAction
+from gridctl.reconcile.seeding import SeedFallback, Seeding
 
 _CLASS_RANK = {
     DemandClass.PINNED: 0,
@@ -78,10 +81,16 @@ class Governor:
     """Slot accounting for one tick; private to one ``reconcile`` call."""
 
     def __init__(
-        self, policy: ControllerPolicy, view: FleetView, pending: Sequence[PendingAction]
+        self,
+        policy: ControllerPolicy,
+        view: FleetView,
+        pending: Sequence[PendingAction],
+        history: Iterable[HistoryEntry] = (),
     ) -> None:
         self._policy = policy
         self._view = view
+        self._seeding = Seeding(view, history)
+        self.fallbacks: dict[str, SeedFallback] = {}  # action id -> why it skipped the seed
         self.pending: list[PendingAction] = list(pending)
         self.admitted: dict[str, str] = {}  # action id -> host id
         self.withdrawn: list[Cancellation] = []
@@ -110,8 +119,15 @@ class Governor:
         if p.kind is ActionKind.LOAD and identity is not None:
             loading = self._loads.get(identity, set()) | self._view.running_loads(identity)
             replica = (p.host_id, p.model_id)
-            if replica not in loading and len(loading) >= self._policy.artifact_fanout:
-                return BlockedCode.ARTIFACT_FANOUT
+            fallback: SeedFallback | None = None
+            if replica not in loading:
+                if len(loading) >= self._policy.artifact_fanout:
+                    return BlockedCode.ARTIFACT_FANOUT
+                assert p.artifact_sha256 is not None
+                verdict = self._seeding.verdict(p.artifact_sha256, loading)
+                if verdict.wait:
+                    return BlockedCode.ARTIFACT_SEEDING
+                fallback = verdict.fallback
         host_full = self._host_used(p.host_id) >= self._policy.max_concurrent_mutations_per_host
         global_full = self._global_used() >= self._policy.max_concurrent_mutations
         if host_full or global_full:
@@ -123,6 +139,8 @@ class Governor:
         self._per_host[p.host_id] = self._per_host.get(p.host_id, 0) + 1
         if p.kind is ActionKind.LOAD and identity is not None:
             self._loads.setdefault(identity, set()).add((p.host_id, p.model_id))
+            if fallback is not None:
+                self.fallbacks[action_id] = fallback
         return None
 
     def _lower_class_victim(self, p: Proposal, on_host: bool) -> PendingAction | None:

@@ -131,7 +131,7 @@ def reconcile(
     decided = _decide(
         proposals,
         {action_key(p.action): p for p in live},
-        Governor(policy, view, live),
+        Governor(policy, view, live, history),
         _Context(view, index, past, profiles, policy, memory, now, in_grace, blocked_models),
         attempt_index(history),
         approved if approving else None,
@@ -258,6 +258,10 @@ def _decide(
             code = BlockedCode.NOT_IN_APPLIED_PLAN
         if code is None:
             code = governor.admit(p, action_id)
+        reason = p.reason
+        fallback = governor.fallbacks.get(action_id)
+        if fallback is not None:
+            reason = f"{reason}; {fallback}" if reason else str(fallback)
         items.append(
             _Decided(
                 p,
@@ -273,7 +277,7 @@ def _decide(
                     depends_on=depends_on,
                     executable=code is None,
                     blocked=code,
-                    reason=p.reason,
+                    reason=reason,
                     priority=p.priority,
                     created_at=ctx.now,
                     not_before=not_before,

@@ -2,8 +2,10 @@
 
 `gridctl up --machines 2` runs with GRIDCTL_HF_ENDPOINT pointing at a real artifact
 server that holds the Gemma GGUF in the Hugging Face layout (paced, so the transfer
-is observably in flight). The policy's exact-artifact fanout of one makes the second
-host wait; the controller then points it at the first host's peer mirror. The test
+is observably in flight). The policy is the default one for artifacts (fanout two):
+while no host holds a verified copy, the controller lets one host fetch from the
+origin and holds the other's load (``artifact_seeding``); once a heartbeat shows
+the copy it points the second host at the first host's peer mirror. The test
 reads the artifact server's own log (exactly one full download, no resume), a node
 log (the peer served the file), and the `gridctl up` lines (progress bars).
 """
@@ -59,7 +61,6 @@ spec:
   failure_backoff_base_seconds: 2
   failure_backoff_max_seconds: 10
   observation_timeout_seconds: 10
-  artifact_fanout: 1
 """
 
 
@@ -107,8 +108,18 @@ def test_two_hosts_cost_the_origin_one_download(
     url, origin_log = origin
     monkeypatch.setenv("GRIDCTL_HF_ENDPOINT", url)
     fleet.start(machines=2)
+    held: set[str] = set()  # hosts whose load waited for the first verified copy
+
+    def both_routable() -> bool:
+        doc = fleet.status()
+        for action in (doc.get("reconciliation") or {}).get("actions", []):
+            if action["kind"] == "load" and action.get("blocked") == "artifact_seeding":
+                held.add(action["host_id"])
+        hosts = {h["host_id"] for h in doc["hosts"] for r in h["residencies"] if r.get("routable")}
+        return len(hosts) >= 2
+
     try:
-        wait_for("two routable replicas", lambda: len(fleet.routable(GEMMA)) >= 2, deadline=600)
+        wait_for("two routable replicas", both_routable, deadline=600)
     except AssertionError:
         print(fleet.log())
         print(origin_log.read_text())
@@ -119,6 +130,7 @@ def test_two_hosts_cost_the_origin_one_download(
     )
     assert (reply.choices[0].message.content or "").strip()
 
+    assert len(held) == 1, held  # the default fanout of two, sequenced behind one seed
     served = [line for line in origin_log.read_text().splitlines() if ORIGIN_PATH in line]
     gets = [line for line in served if line.split(": ", 1)[-1].startswith("GET ")]
     assert len(gets) == 1, served  # one request, one full download, no resume

@@ -61,7 +61,9 @@ def test_per_host_limit_and_pending_work_holds_slots() -> None:
 
 def test_exact_artifact_fanout_counts_pending_and_running_loads() -> None:
     profs = profiles(profile("m", sha=SHA_A), profile("other", sha=SHA_B))
-    hosts = [host(f"h{i}") for i in range(1, 6)]
+    # h0 holds a verified copy of m (so loads fan out from it) and of other's artifact
+    holder = host("h0", cached=[("m", SHA_A), ("other", SHA_B)])
+    hosts = [holder, *(host(f"h{i}") for i in range(1, 6))]
     the_plan = plan(*(assign("m", f"h{i}") for i in range(1, 5)), assign("other", "h5"))
     result = run(the_plan, fleet(*hosts), profs)
     loads = [a for a in result.actions if a.kind is ActionKind.LOAD and a.model_id == "m"]

@@ -166,6 +166,25 @@ def _routable(snapshot: FleetSnapshot, host_id: str) -> bool:
     return 0 <= NOW - h.last_heartbeat <= 30
 
 
+def _fresh(snapshot: FleetSnapshot, host_id: str) -> bool:
+    h = snapshot.host(host_id)
+    return h is not None and h.last_heartbeat is not None and NOW - h.last_heartbeat <= 30
+
+
+def _holds(snapshot: FleetSnapshot, sha: str | None) -> bool:
+    """Some fresh host shows a verified copy of ``sha`` (cached, or a live residency)."""
+    live = {ResidencyState.CACHED, ResidencyState.WARMING, ResidencyState.READY}
+    live.add(ResidencyState.DRAINING)
+    return any(
+        _fresh(snapshot, h.host_id)
+        and (
+            any(c.artifact_sha256 == sha for c in h.cached)
+            or any(r.artifact_sha256 == sha and r.state in live for r in h.residencies)
+        )
+        for h in snapshot.hosts
+    )
+
+
 def _ready_elsewhere(
     snapshot: FleetSnapshot, profs: dict[str, ModelProfile], model: str, host_id: str
 ) -> set[str]:
@@ -326,6 +345,8 @@ def test_progress_an_unmet_target_with_a_free_host_and_slots_gets_an_action(
                 or (r.artifact_sha256 is None and profs[r.model_id].artifact_sha256 == sha)  # type: ignore[index]
             )
         }
+        if running and not _holds(snapshot, sha) and any(_fresh(snapshot, x) for x, _ in running):
+            return False  # one origin fetch at a time until a verified copy exists
         return len(running) < pol.artifact_fanout
 
     if any(free(a.model_id, a.host_id) for a in the_plan.assignments):
