@@ -4,7 +4,12 @@
 warm depends on a load when the artifact is not cached) and fetches a staged
 preemption's beneficiary weights before its victim drains.
 ``destructive_proposals`` turns obsolete or preempted managed residencies into
-drain (when ready) or unload (when draining, or failed). Nothing here decides
+drain (when ready) or unload (when draining, or failed). Start times come from
+the learned (host, model) load and warm timings, priors otherwise: a model's
+missing replicas take their rounds fastest start path first, and a preemption
+release carries the time its beneficiary needs to start on that host (cached
+weights and learned warm time), so among equally disruptive victims the host
+that serves soonest is released first. Nothing here decides
 whether a step may run: guards, pacing and the governor do that.
 Non-managed and pinned residencies never produce a step.
 """
@@ -119,6 +124,17 @@ def _estimate(
     )
 
 
+def start_seconds(
+    startup: Mapping[tuple[str, str], StartupEstimate],
+    profile: ModelProfile,
+    host_id: str,
+    cached: bool,
+) -> float:
+    """Expected seconds until ``profile`` serves on ``host_id``: warm, plus fetch if needed."""
+    estimate = _estimate(startup, profile, host_id)
+    return estimate.warm_seconds + (0.0 if cached else estimate.load_seconds)
+
+
 def _occupied(host_residencies: tuple[Residency, ...], sha: str | None) -> tuple[bool, bool]:
     """(blocks new work, already satisfied or converging) for one model on one host."""
     if any(not r.actuatable for r in host_residencies):
@@ -159,15 +175,24 @@ def constructive_proposals(
                 satisfied_count += 1
             else:
                 missing.append((busy, a))
-        missing.sort(
-            key=lambda item: (not view.is_cached(item[1].host_id, model_id), item[1].host_id)
-        )
+        missing.sort(key=lambda item: _start_order(item[1].host_id, profile, view, startup))
         for offset, (busy, a) in enumerate(missing):
             proposals.extend(
                 _replica_steps(a, profile, view, startup, satisfied_count + offset, busy)
             )
     proposals.extend(_prefetches(index, view, profiles, startup))
     return proposals
+
+
+def _start_order(
+    host_id: str,
+    profile: ModelProfile,
+    view: FleetView,
+    startup: Mapping[tuple[str, str], StartupEstimate],
+) -> tuple[bool, float, str]:
+    """Cached hosts first, then the fastest learned load-plus-warm path, then the id."""
+    cached = view.is_cached(host_id, profile.name)
+    return (not cached, start_seconds(startup, profile, host_id, cached), host_id)
 
 
 def _replica_steps(
@@ -178,7 +203,6 @@ def _replica_steps(
     round_: int,
     busy: bool,
 ) -> list[Proposal]:
-    estimate = _estimate(startup, profile, a.host_id)
     cached = view.is_cached(a.host_id, a.model_id)
     host_block = None if view.admits_new_work(a.host_id) else BlockedCode.HOST_UNAVAILABLE
     warm = Proposal(
@@ -193,7 +217,7 @@ def _replica_steps(
         demand_class=a.demand_class,
         round=round_,
         needs_download=not cached,
-        cold_start_seconds=estimate.warm_seconds + (0.0 if cached else estimate.load_seconds),
+        cold_start_seconds=start_seconds(startup, profile, a.host_id, cached),
         blocked=host_block or (BlockedCode.IN_PLACE_REPLACEMENT if busy else None),
     )
     if cached:
@@ -255,6 +279,7 @@ def destructive_proposals(
     view: FleetView,
     profiles: Mapping[str, ModelProfile],
     memory: ControllerMemory,
+    startup: Mapping[tuple[str, str], StartupEstimate] | None = None,
 ) -> list[Proposal]:
     proposals: list[Proposal] = []
     releases: list[Proposal] = []
@@ -295,6 +320,7 @@ def destructive_proposals(
             if preemption is not None:
                 # a preemption release inherits the beneficiary's priority and class
                 b = preemption.beneficiary
+                wanted_profile = profiles.get(b)
                 releases.append(
                     replace(
                         draft,
@@ -302,6 +328,11 @@ def destructive_proposals(
                         demand_class=index.demand_class(b),
                         beneficiary=b,
                         reason=f"preempted for {b}: {preemption.reason}",
+                        cold_start_seconds=start_seconds(
+                            startup or {}, wanted_profile, host_id, view.is_cached(host_id, b)
+                        )
+                        if wanted_profile is not None
+                        else 0.0,
                     )
                 )
             elif profile is None:
@@ -315,10 +346,14 @@ def destructive_proposals(
 
 def _release_rounds(releases: list[Proposal], view: FleetView) -> list[Proposal]:
     """Give each release its beneficiary's replica round: within one wave, drained
-    capacity first, then idle, then busy victims."""
+    capacity first, then idle, then busy victims; among equally disruptive ones, the
+    host where the beneficiary starts soonest."""
     rounds: dict[str, int] = {}
     ordered: list[Proposal] = []
-    for p in sorted(releases, key=lambda p: (p.beneficiary or "", p.disruption, p.host_id)):
+    for p in sorted(
+        releases,
+        key=lambda p: (p.beneficiary or "", p.disruption, p.cold_start_seconds, p.host_id),
+    ):
         b = p.beneficiary or ""
         round_ = rounds.get(b, len(view.ready_replicas(b)))
         rounds[b] = round_ + 1

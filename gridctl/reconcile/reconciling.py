@@ -109,7 +109,7 @@ def reconcile(
 
     proposals = sorted(
         constructive_proposals(index, view, profiles, startup or {})
-        + destructive_proposals(index, view, profiles, memory)
+        + destructive_proposals(index, view, profiles, memory, startup or {})
         + cache_proposals(plan, snapshot, profiles, policy),
         key=service_key,
     )
