@@ -100,7 +100,12 @@ def plan_portfolio(inputs: PortfolioInputs) -> PortfolioResult:
         ranked[workload] = rank_candidates(
             rows, breadth, policy.portfolio_max_candidates_per_workload
         )
-    state = SearchState(inputs, planner, base, gates, demand, ranked, {})
+    shut_out = frozenset(
+        w
+        for w in active
+        if not ranked[w] and any(r.compatible_hosts > 0 and r.suitability > 0 for r in every[w])
+    )
+    state = SearchState(inputs, planner, base, gates, demand, ranked, {}, shut_out=shut_out)
     best = search(state, active) if active else None
     mapping: dict[str, str | None] = dict.fromkeys(active)
     plan = base

@@ -16,7 +16,16 @@ admitted workloads covered, recent failures restored, service-time-aware
 pressure covered, requests covered, spare slots (fewer models), fewer missing
 replicas, utility, lower transition cost. A workload is covered only when the
 evaluated plan places its model, or stages the preemption-only model's safe
-victim transition.
+victim transition. Spare slots are worth keeping only where slots are scarce:
+the admitted workloads outnumber the fleet's nominal model slots, or an
+admitted workload is shut out, its compatible models finding no capacity. On
+a nominally roomy fleet with every workload placeable, two portfolios that
+cover the same workloads do not serve the same demand when one moves a
+workload to a less suitable model, so there fewer models only breaks ties
+after utility (missing replicas, utility, spare slots, transition cost) and
+each workload keeps its best model instead of collapsing onto whichever model
+a coordinate move happens to share. A shut-out workload switches back to the
+scarce order, so consolidation frees a slot for it.
 
 Search: a coordinate search from the exploitation leaders over at most
 ``portfolio_max_candidates_per_workload`` candidates per workload, plus, when
@@ -57,6 +66,8 @@ class SearchState:
     candidates: dict[str, tuple[CandidateRow, ...]]  # per workload, best first
     seen: dict[Mapping_, tuple[Evaluation, Plan, tuple[ModelDemand, ...]]]
     runs: int = 0
+    scarce: bool = True  # slots are scarce: spare slots rank before utility
+    shut_out: frozenset[str] = frozenset()  # admitted workloads no compatible model can reach
 
     @property
     def budget_left(self) -> bool:
@@ -242,17 +253,30 @@ def judge(state: SearchState, mapping: Mapping_, plan: Plan) -> Evaluation:
             utility += row.utility
             transition += row.transition_penalty
     used = {m for w, m in mapping if w in covered}
-    objective = (
+    objective = _objective(
+        state, covered, float(len(used)), float(missing), round(utility, 9), round(transition, 9)
+    )
+    return Evaluation(mapping, True, objective, tuple(covered))
+
+
+def _objective(
+    state: SearchState,
+    covered: Sequence[str],
+    used: float,
+    missing: float,
+    utility: float,
+    transition: float,
+) -> tuple[float, ...]:
+    """The lexicographic objective; spare slots rank before utility only where scarce."""
+    served = (
         float(len(covered)),
         round(sum(state.demand[w].failures for w in covered), 9),
         round(sum(state.demand[w].offered_concurrency for w in covered), 9),
         round(sum(state.demand[w].requests_per_minute for w in covered), 9),
-        -float(len(used)),
-        -float(missing),
-        round(utility, 9),
-        -round(transition, 9),
     )
-    return Evaluation(mapping, True, objective, tuple(covered))
+    if state.scarce:
+        return (*served, -used, -missing, utility, -transition)
+    return (*served, -missing, utility, -used, -transition)
 
 
 def _counts(plan: Plan) -> dict[str, int]:
@@ -271,16 +295,8 @@ def optimistic(state: SearchState, mapping: Mapping_) -> tuple[float, ...]:
         if row is not None:
             utility += row.utility
             transition += row.transition_penalty
-    return (
-        float(len(covered)),
-        round(sum(state.demand[w].failures for w in covered), 9),
-        round(sum(state.demand[w].offered_concurrency for w in covered), 9),
-        round(sum(state.demand[w].requests_per_minute for w in covered), 9),
-        -float(len({m for _, m in mapping if m is not None})),
-        0.0,
-        round(utility, 9),
-        -round(transition, 9),
-    )
+    used = float(len({m for _, m in mapping if m is not None}))
+    return _objective(state, covered, used, 0.0, round(utility, 9), round(transition, 9))
 
 
 def promising(state: SearchState, mapping: Mapping_, best: Evaluation | None) -> bool:
@@ -357,6 +373,8 @@ def nominal_slots(inputs: PortfolioInputs) -> int | None:
     for host in inputs.snapshot.hosts:
         if host.state.value not in ("accepting", "throttled"):
             continue
+        if host.resources.capacity_mb <= 0:
+            continue  # an external endpoint: no serving slot for a managed model
         if host.resources.max_models <= 0:
             return None
         total += host.resources.max_models
@@ -402,11 +420,14 @@ def subset_search(
 
 
 def search(state: SearchState, workloads: Sequence[str]) -> Evaluation | None:
+    slots = nominal_slots(state.inputs)
+    state.scarce = bool(state.shut_out & set(workloads)) or (
+        slots is not None and len(workloads) > slots
+    )
     start = leaders(state, workloads)
     best = coordinate_search(state, start)
-    slots = nominal_slots(state.inputs)
     distinct = len({m for _, m in start if m is not None})
-    if slots is not None and len(workloads) > slots and distinct > 0:
+    if slots is not None and state.scarce and distinct > 0:
         alternative = subset_search(state, workloads, max(1, slots), best)
         if alternative is not None and alternative is not best and better(alternative, best):
             best = alternative

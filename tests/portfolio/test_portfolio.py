@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from gridctl.demand import OutcomeScore
-from gridctl.domain import ModelDemand, ModelProfile, ResidencyState
+from gridctl.domain import HostSnapshot, ModelDemand, ModelProfile, ResidencyState
 from gridctl.planner.portfolio import plan_portfolio
 from gridctl.planner.portfolio_types import AdmissionState
 from tests.portfolio.builders import (
@@ -227,3 +227,72 @@ def test_blocked_by_residency_when_a_non_serving_copy_holds_the_host(
     # the same host without that copy has room: the workload is planned there
     free = plan_portfolio(inputs(profiles, (box("b1", slots=2),), (workload("coding"),)))
     assert states(free) == {"coding": "planned"}
+
+
+def test_roomy_fleet_does_not_collapse_onto_a_shared_generalist() -> None:
+    """Three workloads on three one-slot boxes: moving coding onto the generalist general
+    already needs would save a slot nobody is short of, at a large suitability cost."""
+    profiles = (
+        model("coder-7b", {"coding": 0.95}),
+        model("research-7b", {"research": 0.95}),
+        model("general-7b", {"coding": 0.3, "research": 0.4, "general": 0.9}),
+    )
+    workloads = (workload("coding"), workload("research"), workload("general"))
+    roomy = plan_portfolio(inputs(profiles, (box("b1"), box("b2"), box("b3")), workloads))
+    assert dict(roomy.mapping) == {
+        "coding": "coder-7b",
+        "general": "general-7b",
+        "research": "research-7b",
+    }
+    # two slots for three workloads: spare slots rank before utility (the scarce order)
+    scarce = plan_portfolio(inputs(profiles, (box("b1"), box("b2")), workloads))
+    assert set(dict(scarce.mapping).values()) == {"general-7b"}
+
+
+def test_an_external_endpoint_does_not_make_a_scarce_fleet_roomy() -> None:
+    """An endpoint that can host no managed model adds no serving slot."""
+    profiles = specialists_and_generalist()
+    endpoint = box("vendor", slots=0, capacity_mb=0, kind="external-endpoint")
+    result = plan_portfolio(
+        inputs(profiles, (box("b1"), endpoint), (workload("coding"), workload("research")))
+    )
+    assert dict(result.mapping) == {"coding": "general-7b", "research": "general-7b"}
+
+
+def test_a_shut_out_workload_makes_the_roomy_fleet_consolidate() -> None:
+    """Five slots, specialists resident on the only three tagged boxes, and a new workload
+    whose model needs the tag: consolidating onto the generalist frees a tagged slot."""
+
+    def tagged(host_id: str, model_id: str) -> HostSnapshot:
+        found = box(host_id, residencies=(resident(model_id),))
+        return replace(found, resources=replace(found.resources, tags=("gpu",)))
+
+    profiles = (
+        model("coder-7b", {"coding": 0.95}),
+        model("research-7b", {"research": 0.95}),
+        model("general-7b", {"coding": 0.5, "research": 0.5, "general": 0.9}),
+        replace(model("embed", {"embedding": 0.95}), required_tags=("gpu",)),
+    )
+    hosts = (
+        tagged("g1", "coder-7b"),
+        tagged("g2", "research-7b"),
+        tagged("g3", "general-7b"),
+        box("b4"),
+        box("b5"),
+    )
+    three = (workload("coding"), workload("research"), workload("general"))
+    before = plan_portfolio(inputs(profiles, hosts, three))
+    assert dict(before.mapping) == {
+        "coding": "coder-7b",
+        "general": "general-7b",
+        "research": "research-7b",
+    }
+    after = plan_portfolio(inputs(profiles, hosts, (*three, workload("embedding"))))
+    assert dict(after.mapping) == {
+        "coding": "general-7b",
+        "embedding": None,  # placed once a later heartbeat shows the released slot
+        "general": "general-7b",
+        "research": "general-7b",
+    }
+    row = next(c for c in after.candidates if c.workload == "embedding")
+    assert row.rejection is not None and row.rejection.startswith("no capacity")
