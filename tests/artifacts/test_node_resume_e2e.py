@@ -1,9 +1,10 @@
 """A node daemon killed with SIGKILL mid-transfer resumes the download after its restart.
 
-Real processes: the node daemon (``gridctl node start --foreground``), a paced
-artifact server, and the wire-schema controller double. The heartbeat carries the
-transfer's progress while it runs; after the kill the artifact-named partial file
-stays, and the restarted node's load resumes it with a Range request.
+Real processes: the node daemon (``gridctl node start --foreground``) and a paced
+artifact server; the real controller runs in this process (``controller_harness``). The
+heartbeat carries the transfer's progress while it runs; after the kill the
+artifact-named partial file stays, and the restarted node's load resumes it with a Range
+request.
 """
 
 from __future__ import annotations
@@ -13,20 +14,19 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gridctl.credentials import issue_node_credential, load_or_create_signing_key, write_secret_file
+from gridctl.credentials import write_secret_file
 from tests.artifacts.conftest import REPO_ROOT, ServerProcess, make_weights, wait_until
 from tests.node.conftest import free_port_range
-from tests.node.fake_controller import FakeController, command, serving
-from tests.node.fake_controller import wait_until as wait_for
+from tests.node.controller_harness import ControllerHarness, running_controller
+from tests.node.controller_harness import wait_until as wait_for
 
-# real node processes, but a controller double: slow, not e2e
+# real node processes; the controller runs inside the test process: slow, not e2e
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 MIB = 1024 * 1024
 HOST = "host-resume"
@@ -46,7 +46,7 @@ def start_node(
         return subprocess.Popen(argv, env=env, cwd=REPO_ROOT, stdout=sink, stderr=sink)
 
 
-def transfers(fake: FakeController) -> list[dict[str, Any]]:
+def transfers(fake: ControllerHarness) -> list[dict[str, Any]]:
     beats = list(fake.heartbeats)
     return list(beats[-1]["allocator"].get("transfers", [])) if beats else []
 
@@ -56,17 +56,16 @@ def test_sigkill_mid_transfer_then_restart_resumes(
 ) -> None:
     weights = make_weights(tmp_path / "hub", 12 * MIB)
     server = artifact_server(weights.root, "--bytes-per-second", str(2 * MIB))
-    key = load_or_create_signing_key(tmp_path / "controller")
     token_file = tmp_path / "node.token"
-    write_secret_file(token_file, issue_node_credential(key, HOST, now=time.time()) + "\n")
-    fake = FakeController(key)
     state_dir, log = tmp_path / "node", tmp_path / "node.log"
     load = {"artifact_sha256": weights.sha256, "artifact_source": weights.source}
     load["artifact_size_mb"] = 64  # type: ignore[assignment]
-    with serving(fake) as url:
+    with running_controller(tmp_path / "controller") as fake:
+        url = fake.url
+        write_secret_file(token_file, fake.token(HOST) + "\n")
         node = start_node(url, token_file, state_dir, server.url, log)
         try:
-            fake.enqueue(command("load", MODEL, HOST, "load-1", **load))
+            fake.enqueue(fake.command("load", MODEL, HOST, "load-1", **load))
             wait_until(
                 lambda: any(t["bytes_done"] > 2 * MIB for t in transfers(fake)),
                 what="a heartbeat reporting the transfer in flight",
@@ -84,7 +83,7 @@ def test_sigkill_mid_transfer_then_restart_resumes(
         assert 2 * MIB <= kept < 12 * MIB
         node = start_node(url, token_file, state_dir, server.url, log)
         try:
-            fake.enqueue(command("load", MODEL, HOST, "load-2", **load))
+            fake.enqueue(fake.command("load", MODEL, HOST, "load-2", **load))
             ack = wait_for(lambda: fake.terminal_ack("load-2"), what="the second load's receipt")
             assert ack["status"] == "succeeded", ack
             assert ack["artifact_fetched"] is True

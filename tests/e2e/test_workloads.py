@@ -106,7 +106,9 @@ def test_unbound_coding_requests_warm_the_coding_model(fleet: Fleet) -> None:
     if answer is None:
         print(fleet.log())
     assert answer is not None, rows
-    assert len(refused) >= 3
+    # min_replicas 0: nothing is resident before the first request, so it is refused; how
+    # many more are depends on how fast this machine loads and warms the model
+    assert refused
     assert all(e["workload"] == "coding" and "coding" in e["message"] for e in refused)
     assert refused[0]["admission_state"] == "awaiting-plan"
     assert answer.json()["choices"][0]["message"]["content"] is not None

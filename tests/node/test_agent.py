@@ -1,11 +1,11 @@
-"""The agent loop against a fake controller: registration, lease then control heartbeats,
-commands admitted through the shared fence, executed, and acknowledged with durations."""
+"""The agent loop against the real controller on loopback: registration, lease then control
+heartbeats, commands admitted through the shared fence, executed, and acknowledged with
+durations; a controller restart that forgot the host gets a new registration."""
 
 from __future__ import annotations
 
 import hashlib
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,23 +13,19 @@ from pathlib import Path
 import pytest
 
 from gridctl.cli.main import main
-from gridctl.credentials import (
-    issue_node_credential,
-    load_or_create_signing_key,
-    write_secret_file,
-)
+from gridctl.credentials import write_secret_file
 from gridctl.errors import PermanentError
 from gridctl.node.actuator import PortRange
 from gridctl.node.agent import require_safe_controller_url
 from gridctl.node.daemon import NodeConfig, NodeParts, build_node
-from tests.node.fake_controller import FakeController, command, serving, wait_until
+from tests.node.controller_harness import ControllerHarness, running_controller, wait_until
 
 HOST = "host-a"
 
 
 @dataclass
 class Running:
-    fake: FakeController
+    fake: ControllerHarness
     parts: NodeParts
     state_dir: Path
     artifact: tuple[str, str]
@@ -44,15 +40,13 @@ def make_artifact(tmp_path: Path) -> tuple[str, str]:
 
 @pytest.fixture
 def running(tmp_path: Path) -> Iterator[Running]:
-    key = load_or_create_signing_key(tmp_path / "controller")
-    token_file = tmp_path / "node.token"
-    write_secret_file(token_file, issue_node_credential(key, HOST, now=time.time()) + "\n")
-    fake = FakeController(key)
     state_dir = tmp_path / "node"
-    with serving(fake) as url:
+    with running_controller(tmp_path / "controller") as fake:
+        token_file = tmp_path / "node.token"
+        write_secret_file(token_file, fake.token(HOST) + "\n")
         config = NodeConfig(
             host_id=HOST,
-            controller_url=url,
+            controller_url=fake.url,
             token_file=token_file,
             state_dir=state_dir,
             capacity_mb=4096,
@@ -80,6 +74,9 @@ def running(tmp_path: Path) -> Iterator[Running]:
 
 def test_registers_then_lease_heartbeat_then_control_heartbeat(running: Running) -> None:
     fake = running.fake
+    assert fake.service is not None  # the router records a request it served at 1234.0
+    fake.service.registry.request_started("host-z", "gemma-3-270m", 1234.0)
+    fake.service.registry.request_finished("host-z", "gemma-3-270m", 1234.0)
     wait_until(lambda: len(fake.heartbeats) >= 4, 60, "heartbeats")
     reg = fake.registrations[0]
     assert reg["role"] == "allocator" and reg["host_id"] == HOST
@@ -96,7 +93,7 @@ def test_registers_then_lease_heartbeat_then_control_heartbeat(running: Running)
 def test_command_is_executed_and_acknowledged_with_duration(running: Running) -> None:
     fake, (uri, sha) = running.fake, running.artifact
     fake.enqueue(
-        command(
+        fake.command(
             "load",
             "m1",
             HOST,
@@ -117,7 +114,7 @@ def test_command_is_executed_and_acknowledged_with_duration(running: Running) ->
     assert [c["model_id"] for c in cached] == ["m1"]
 
     fake.enqueue(
-        command(
+        fake.command(
             "load",
             "m1",
             HOST,
@@ -133,13 +130,19 @@ def test_command_is_executed_and_acknowledged_with_duration(running: Running) ->
 
 def test_fence_and_dependency_rejections_are_acknowledged(running: Running) -> None:
     fake, (uri, sha) = running.fake, running.artifact
-    fake.enqueue(command("load", "m1", HOST, "ok-1", artifact_sha256=sha, artifact_source=uri))
-    wait_until(lambda: fake.terminal_ack("ok-1"), 60)
+    fake.enqueue(fake.command("load", "m1", HOST, "ok-1", artifact_sha256=sha, artifact_source=uri))
+    assert wait_until(lambda: fake.terminal_ack("ok-1"), 60)["status"] == "succeeded"
+    old = fake.authority()
+    fake.restart()  # a new controller term; the old controller's commands are now stale
+    new = fake.authority()
+    assert new["controller_term"] > old["controller_term"], (old, new)
+    fake.enqueue(fake.command("load", "m1", HOST, "ok-2", artifact_sha256=sha, artifact_source=uri))
+    assert wait_until(lambda: fake.terminal_ack("ok-2"), 60)["status"] == "succeeded"
     fake.enqueue(
-        command("drain", "m1", HOST, "old-term", controller_term=2, controller_id="ctl-old"),
-        command("drain", "m1", HOST, "other-ctl", controller_id="ctl-rival"),
-        command("warm", "m1", HOST, "needs-dep", dependencies=["never-ran"]),
-        command("drain", "m1", HOST, "recommendation", executable=False),
+        fake.command("drain", "m1", HOST, "old-term", **old),
+        fake.command("drain", "m1", HOST, "other-ctl", controller_id="ctl-rival"),
+        fake.command("warm", "m1", HOST, "needs-dep", dependencies=["never-ran"]),
+        fake.command("drain", "m1", HOST, "recommendation", executable=False),
     )
     expected = {
         "old-term": "stale_term",
@@ -154,7 +157,7 @@ def test_fence_and_dependency_rejections_are_acknowledged(running: Running) -> N
 
 def test_failed_action_reports_its_reason(running: Running) -> None:
     fake = running.fake
-    fake.enqueue(command("drain", "ghost", HOST, "drain-ghost"))
+    fake.enqueue(fake.command("drain", "ghost", HOST, "drain-ghost"))
     ack = wait_until(lambda: fake.terminal_ack("drain-ghost"), 60)
     assert ack["status"] == "failed" and ack["reason"] == "not_resident"
     assert isinstance(ack["duration_seconds"], float)
@@ -165,7 +168,9 @@ def test_local_override_is_reported_and_cancels_new_work(running: Running) -> No
     assert main(["node", "drain", "--state-dir", state, "--reason", "going home"]) == 0
     wait_until(lambda: fake.last_state() == "draining", 60, "draining")
     fake.enqueue(
-        command("load", "m1", HOST, "load-while-draining", artifact_sha256=sha, artifact_source=uri)
+        fake.command(
+            "load", "m1", HOST, "load-while-draining", artifact_sha256=sha, artifact_source=uri
+        )
     )
     ack = wait_until(lambda: fake.terminal_ack("load-while-draining"), 60)
     assert ack["status"] == "cancelled" and ack["reason"] == "local_admission_closed"
@@ -184,18 +189,23 @@ def test_local_override_is_reported_and_cancels_new_work(running: Running) -> No
 def test_controller_that_forgot_the_host_gets_a_new_registration(running: Running) -> None:
     fake = running.fake
     wait_until(lambda: fake.registrations and fake.heartbeats, 60)
-    fake.forget_next = True
+    fake.restart()  # the real controller's registry starts empty: it answers "not registered"
     wait_until(lambda: len(fake.registrations) >= 2, 60, "re-registration")
+    beats = len(fake.heartbeats)
+    wait_until(lambda: len(fake.heartbeats) > beats, 60, "heartbeats after re-registration")
 
 
 def test_credential_for_another_host_is_refused_with_403(tmp_path: Path) -> None:
-    key = load_or_create_signing_key(tmp_path / "controller")
-    token_file = tmp_path / "node.token"
-    write_secret_file(token_file, issue_node_credential(key, "host-b", now=time.time()))
-    fake = FakeController(key)
-    with serving(fake) as url:
+    with running_controller(tmp_path / "controller") as fake:
+        token_file = tmp_path / "node.token"
+        write_secret_file(token_file, fake.token("host-b"))
         config = NodeConfig(
-            HOST, url, token_file, tmp_path / "node", capacity_mb=1024, binary=Path("/nonexistent")
+            HOST,
+            fake.url,
+            token_file,
+            tmp_path / "node",
+            capacity_mb=1024,
+            binary=Path("/nonexistent"),
         )
         parts = build_node(config)
         try:

@@ -1,6 +1,6 @@
-"""The real node daemon process, a real llama-server child and the Gemma file, driven by a
-fake controller over HTTP: warm, serve, SIGKILL the daemon, adopt the same PID, drain,
-unload, SIGKILL a child, and stop."""
+"""The real node daemon process, a real llama-server child and the Gemma file, driven over
+HTTP by the real controller (in this process, see ``controller_harness``): warm, serve,
+SIGKILL the daemon, adopt the same PID, drain, unload, SIGKILL a child, and stop."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gridctl.credentials import issue_node_credential, load_or_create_signing_key, write_secret_file
+from gridctl.credentials import write_secret_file
 from gridctl.node.daemon import daemon_identity, read_daemon_record
 from gridctl.node.processes import Liveness, check_identity, signal_proven
 from tests.node.conftest import (
@@ -27,9 +27,10 @@ from tests.node.conftest import (
     free_port_range,
     stop_children_of,
 )
-from tests.node.fake_controller import FakeController, command, serving, wait_until
+from tests.node.controller_harness import running_controller, wait_until
 
-pytestmark = pytest.mark.slow  # real node and engine, but a controller double: not e2e
+# real node and engine processes; the controller runs inside the test process: slow, not e2e
+pytestmark = pytest.mark.slow
 HOST = "host-e2e"
 
 
@@ -58,18 +59,16 @@ def kill_daemon_by_proof(state_dir: Path) -> None:
 
 @pytest.fixture
 def node_setup(tmp_path: Path, shared_artifacts: Path, llama_binary: Path) -> Iterator[Any]:
-    key = load_or_create_signing_key(tmp_path / "controller")
-    token_file = tmp_path / "node.token"
-    write_secret_file(token_file, issue_node_credential(key, HOST, now=time.time()) + "\n")
-    fake = FakeController(key)
     state_dir = tmp_path / "node"
     ports = free_port_range()
-    with serving(fake) as url:
+    with running_controller(tmp_path / "controller") as fake:
+        token_file = tmp_path / "node.token"
+        write_secret_file(token_file, fake.token(HOST) + "\n")
         start_args = [
             "node",
             "start",
             "--controller",
-            url,
+            fake.url,
             "--token-file",
             str(token_file),
             "--host-id",
@@ -114,7 +113,7 @@ def test_daemon_lifecycle_with_restart_adoption(node_setup: Any) -> None:
 
     t0 = time.monotonic()
     fake.enqueue(
-        command(
+        fake.command(
             "load",
             MODEL_ID,
             HOST,
@@ -123,7 +122,7 @@ def test_daemon_lifecycle_with_restart_adoption(node_setup: Any) -> None:
             artifact_source=GEMMA_SOURCE,
             artifact_size_mb=242,
         ),
-        command(
+        fake.command(
             "warm", MODEL_ID, HOST, "warm-1", artifact_sha256=GEMMA_SHA256, dependencies=["load-1"]
         ),
     )
@@ -176,10 +175,10 @@ def test_daemon_lifecycle_with_restart_adoption(node_setup: Any) -> None:
     assert adopted["pid"] == child_pid and adopted["state"] == "ready" and not adopted["fenced"]
     print(f"adopted child pid {child_pid} after daemon SIGKILL: {adopted['message']}")
 
-    fake.enqueue(command("drain", MODEL_ID, HOST, "drain-1"))
+    fake.enqueue(fake.command("drain", MODEL_ID, HOST, "drain-1"))
     assert wait_until(lambda: fake.terminal_ack("drain-1"), 60)["status"] == "succeeded"
     wait_until(lambda: fake.last_residency(MODEL_ID)["state"] == "draining", 60, "draining")
-    fake.enqueue(command("unload", MODEL_ID, HOST, "unload-1"))
+    fake.enqueue(fake.command("unload", MODEL_ID, HOST, "unload-1"))
     unload = wait_until(lambda: fake.terminal_ack("unload-1"), 60)
     assert unload["status"] == "succeeded", unload
     wait_until(lambda: fake.last_residency(MODEL_ID)["state"] == "cached", 60, "cached")
@@ -187,7 +186,7 @@ def test_daemon_lifecycle_with_restart_adoption(node_setup: Any) -> None:
     print(f"adopted child drained and unloaded ({unload['duration_seconds']}s)")
 
     # a SIGKILLed child is reported failed in the next heartbeats
-    fake.enqueue(command("warm", MODEL_ID, HOST, "warm-2", artifact_sha256=GEMMA_SHA256))
+    fake.enqueue(fake.command("warm", MODEL_ID, HOST, "warm-2", artifact_sha256=GEMMA_SHA256))
     assert wait_until(lambda: fake.terminal_ack("warm-2"), 180)["status"] == "succeeded"
     second_pid = status(state_dir)["residencies"][0]["pid"]
     os.kill(second_pid, signal.SIGKILL)
@@ -201,7 +200,7 @@ def test_daemon_lifecycle_with_restart_adoption(node_setup: Any) -> None:
     )
     assert "endpoint" not in failed
 
-    fake.enqueue(command("warm", MODEL_ID, HOST, "warm-3", artifact_sha256=GEMMA_SHA256))
+    fake.enqueue(fake.command("warm", MODEL_ID, HOST, "warm-3", artifact_sha256=GEMMA_SHA256))
     assert wait_until(lambda: fake.terminal_ack("warm-3"), 180)["status"] == "succeeded"
     third_pid = status(state_dir)["residencies"][0]["pid"]
     t0 = time.monotonic()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from gridctl.node.intake import CommandIntake
 from gridctl.node.statestore import NodeStateStore
-from tests.node.fake_controller import command
+from tests.node.controller_harness import wire_command as command
 
 HOST = "host-a"
 

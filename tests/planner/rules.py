@@ -7,6 +7,7 @@ cannot hide. Each function returns a list of human-readable violations.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from gridctl.domain import (
@@ -14,6 +15,7 @@ from gridctl.domain import (
     FleetSnapshot,
     HostSnapshot,
     HostState,
+    ModelDemand,
     ModelProfile,
     Ownership,
     Plan,
@@ -23,6 +25,57 @@ from gridctl.domain import (
 )
 
 SERVING = (ResidencyState.READY, ResidencyState.LOADING, ResidencyState.WARMING)
+PRESSURE_ERROR_RATE = 0.05  # an error share that is service harm on its own
+
+
+def _replicas(concurrency: float, p: ModelProfile, policy: ControllerPolicy) -> int:
+    """Replicas for ``concurrency`` at the profile's utilisation, with demand headroom."""
+    if concurrency <= 0:
+        return 0
+    per_replica = p.replica_concurrency * p.target_utilization
+    return max(1, math.ceil(concurrency * policy.demand_headroom / per_replica - 1e-9))
+
+
+def cold_target_bounds(
+    p: ModelProfile, d: ModelDemand | None, policy: ControllerPolicy
+) -> tuple[int, int]:
+    """The replica target on a fleet where nothing is ready or recently used, as
+    (lowest, highest): pins fix it; otherwise the larger of direct demand (offered
+    concurrency at the target utilisation with headroom, and one replica under queue,
+    latency or error pressure), correlated demand (capped by the observed peak) and
+    ``min_replicas``, kept within the replica bounds. A rising trend may raise direct
+    demand across the cold start by at most the lookahead multiplier, so the bounds
+    differ only then."""
+    if p.pins:
+        return len(p.pins), len(p.pins)
+    low = high = inferred = 0
+    if d is not None:
+        if d.requests_per_minute > 0 or d.queue_depth > 0 or d.error_rate > 0:
+            offered = d.offered_concurrency or (
+                d.requests_per_minute / 60.0 * p.expected_service_seconds + d.queue_depth
+            )
+            low = high = _replicas(offered, p, policy)
+            if d.trend_per_minute > 0 and d.requests_per_minute > 0:
+                high = _replicas(offered * policy.lookahead_max_multiplier, p, policy)
+            slow = (
+                p.latency_slo_ms is not None
+                and d.p95_latency_ms is not None
+                and d.p95_latency_ms > p.latency_slo_ms
+            )
+            if d.queue_depth > 0 or slow or d.error_rate >= PRESSURE_ERROR_RATE:
+                low, high = max(low, 1), max(high, 1)
+        rate = d.correlated_requests_per_minute
+        if d.observed_peak_requests_per_minute > 0:
+            rate = min(
+                rate, d.observed_peak_requests_per_minute * policy.inferred_demand_peak_multiplier
+            )
+        inferred = _replicas(rate / 60.0 * p.expected_service_seconds, p, policy)
+
+    def bounded(direct: int) -> int:
+        wanted = max(direct, inferred, p.min_replicas)
+        return max(min(wanted, p.max_replicas), p.min_replicas)
+
+    return bounded(low), bounded(high)
 
 
 def raw_mb(h: HostSnapshot) -> int:

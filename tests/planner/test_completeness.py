@@ -1,7 +1,8 @@
 """Completeness against brute force, so a planner that places nothing cannot pass.
 
-On random empty fleets of <= 4 hosts and <= 3 models, every assignment of
-replicas to hosts is enumerated and checked with the independent rules in
+On random empty fleets of <= 4 hosts and <= 3 models, the planner's replica targets
+are first checked against the spec's target rule (``rules.cold_target_bounds``), then
+every assignment of replicas to hosts is enumerated and checked with the independent rules in
 ``rules.py``. Whenever some assignment meets every model's replica minimum,
 the planner must meet them too, unless higher-priority work (which fills
 first) took a host the model could use; and every replica it leaves missing must be
@@ -20,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from gridctl.domain import ControllerPolicy, FleetSnapshot, HostSnapshot, ModelProfile, Plan
 from gridctl.planner import plan_placement
 
-from .rules import admits, new_capacity_mb, raw_mb, static_ok
+from .rules import admits, cold_target_bounds, new_capacity_mb, raw_mb, static_ok
 from .strategies import planning_inputs
 
 Inputs = tuple[list[ModelProfile], FleetSnapshot, ControllerPolicy]
@@ -101,6 +102,12 @@ def test_planner_is_complete_against_brute_force(inputs: Inputs) -> None:
     profiles, snapshot, policy = inputs
     plan = plan_placement(profiles, snapshot, policy)
     targets = dict(plan.targets)
+    # the targets the search is held to are checked against the spec's rule first, so a
+    # planner that asked for too few replicas cannot pass by asking for nothing
+    demand = {d.model_id: d for d in snapshot.demand}
+    for p in profiles:
+        low, high = cold_target_bounds(p, demand.get(p.name), policy)
+        assert low <= targets[p.name] <= high, (p.name, targets[p.name], (low, high))
     by_host = {h.host_id: h for h in snapshot.hosts}
     mine = {p.name: placed(plan, p.name) for p in profiles}
 

@@ -10,6 +10,7 @@ from textual.message import Message
 from textual.pilot import Pilot
 from textual.widgets import DataTable, TabbedContent
 
+from gridctl.domain import Mode
 from gridctl.tui.screens.confirm import ConfirmScreen
 from gridctl.tui.screens.dashboard import DashboardScreen
 from gridctl.tui.screens.host_detail import HostDetailScreen
@@ -17,10 +18,10 @@ from gridctl.tui.screens.mode_choice import ModeChoiceScreen
 from gridctl.tui.widgets.banners import ProblemBanner
 from gridctl.tui.widgets.fleet_panel import FleetPanel
 from gridctl.tui.widgets.history_panel import HistoryPanel
-from tests.tui.conftest import TOKEN, FakeClock, RecordingController, file_app, live_app
+from tests.tui.conftest import FakeClock, LiveController, file_app, live_app
 
 SIZE = (160, 40)
-Factory = Callable[[str], RecordingController]
+Factory = Callable[[str | None], LiveController]
 
 
 pytestmark = pytest.mark.anyio
@@ -59,8 +60,10 @@ async def test_mode_change_asks_then_sends_the_override(make_controller: Factory
     (request,) = controller.mutations()
     assert (request.method, request.url.path) == ("PUT", "/allocator/mode")
     assert json.loads(request.content) == {"mode": "automatic"}
-    assert request.headers["X-Grid-Allocator-Token"] == TOKEN
+    assert request.headers["X-Grid-Allocator-Token"] == controller.token
     assert [(m.request.choice, m.ok) for m in finished] == [("automatic", True)]
+    override = controller.service.controller.override()  # the real controller took it
+    assert override is not None and override.mode is Mode.AUTOMATIC
 
 
 async def test_clearing_the_override_sends_clear(make_controller: Factory) -> None:
@@ -69,6 +72,7 @@ async def test_clearing_the_override_sends_clear(make_controller: Factory) -> No
         effective="recommend",
         override={"mode": "recommend", "reason": "incident", "set_at": 0.0, "source": "operator"},
     )
+    controller.service.controller.set_override(Mode.RECOMMEND, "incident")
     app = live_app(controller)
     async with app.run_test(size=SIZE) as pilot:
         await ready(pilot)
@@ -79,6 +83,7 @@ async def test_clearing_the_override_sends_clear(make_controller: Factory) -> No
         await ready(pilot)
     (request,) = controller.mutations()
     assert json.loads(request.content) == {"clear": True}
+    assert controller.service.controller.override() is None
 
 
 async def test_cancelled_mode_change_sends_nothing(make_controller: Factory) -> None:
@@ -109,6 +114,8 @@ async def test_tick_asks_then_posts(make_controller: Factory) -> None:
         await ready(pilot)
     (request,) = controller.mutations()
     assert (request.method, request.url.path) == ("POST", "/allocator/tick")
+    tick = controller.service.controller.last_tick  # the real controller ticked
+    assert tick is not None and tick.ok
 
 
 async def test_refused_request_is_reported(make_controller: Factory) -> None:
@@ -126,6 +133,7 @@ async def test_refused_request_is_reported(make_controller: Factory) -> None:
         await pilot.press("t", "y")
         await ready(pilot)
     assert [(m.ok, "401" in m.detail) for m in finished] == [(False, True)]
+    assert controller.service.controller.last_tick is None  # refused: nothing ran
 
 
 async def test_read_only_without_token_refuses_mode_and_tick(make_controller: Factory) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Iterable
 import pytest
 from textual.pilot import Pilot
 
-from tests.tui.conftest import FakeClock, RecordingController, file_app, live_app, load_fixture
+from tests.tui.conftest import FakeClock, LiveController, file_app, live_app
 
 SIZE = (160, 40)
 Compare = Callable[..., bool]
@@ -73,14 +73,19 @@ def test_filtered_fleet(snap_compare: Compare) -> None:
     assert snap_compare(app, terminal_size=SIZE, run_before=after_data("slash", *"rack-2"))
 
 
-def test_mode_confirmation_dialog(snap_compare: Compare) -> None:
-    controller = RecordingController(load_fixture("degraded_fleet"))
+Factory = Callable[[str | None], LiveController]
+
+
+def test_mode_confirmation_dialog(snap_compare: Compare, make_controller: Factory) -> None:
+    controller = make_controller("degraded_fleet")
     app = live_app(controller)
     assert snap_compare(app, terminal_size=SIZE, run_before=after_data("m", "a"))
 
 
-def test_unreachable_banner_over_stale_data(snap_compare: Compare) -> None:
-    controller = RecordingController(load_fixture("degraded_fleet"))
+def test_unreachable_banner_over_stale_data(
+    snap_compare: Compare, make_controller: Factory
+) -> None:
+    controller = make_controller("degraded_fleet")
     clock = FakeClock()
 
     async def run_before(pilot: Pilot[None]) -> None:
@@ -95,8 +100,10 @@ def test_unreachable_banner_over_stale_data(snap_compare: Compare) -> None:
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
 
 
-def test_unreachable_banner_before_any_data(snap_compare: Compare) -> None:
-    controller = RecordingController({})
+def test_unreachable_banner_before_any_data(
+    snap_compare: Compare, make_controller: Factory
+) -> None:
+    controller = make_controller(None)
     controller.down = True
     app = live_app(controller)
     assert snap_compare(app, terminal_size=SIZE, run_before=after_data())
