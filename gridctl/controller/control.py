@@ -229,12 +229,14 @@ class Controller:
     def _continue_from_store(self) -> None:
         """Taking over from another controller is a restart for what it left: restored
         commands get the bounded membership-recovery grace, and its outcome evidence
-        (persisted each tick) replaces this process's copy of the same keys."""
+        (persisted each tick) replaces this process's copy of the same keys, as do its
+        demand buckets and affinity sequences."""
         if self.store.pending():
             self._grace = RestartGrace(restarted_at=self.clock())
         persisted = self.store.evidence()
         self.demand.restore_evidence(persisted)
         self._persisted_evidence = persisted
+        self._restore_demand(over=True)
 
     def _took_over(self, grant: Grant) -> bool:
         previous = grant.previous
@@ -549,9 +551,12 @@ class Controller:
                 outcome.portfolio,
             )
 
-    def _restore_demand(self) -> None:
+    def _restore_demand(self, *, over: bool = False) -> None:
+        """Demand rows from the store: at start, or laid ``over`` this process's own
+        learning when it takes over from another controller."""
         rows = self.store.demand_rows()
-        restored = self.demand.restore_demand(rows, self.policy(), self.clock())
+        restored = self.demand.restore_demand(rows, self.policy(), self.clock(), over=over)
+        self._persisted_demand_revision = None
         # every stored row, valid or not: the next write removes what was not restored
         self._persisted_demand = {(k, n, s): str(b) for k, n, s, b in rows}
         for refusal in restored.refused:

@@ -27,7 +27,7 @@ from typing import Any
 from gridctl.demand import DemandLearner, DemandPicture
 from gridctl.demand.direct import gated_demand, with_correlation
 from gridctl.demand.intake import RequestObservation, learned_forecast, observation_features
-from gridctl.demand.rows import Restored, Row, RowKey, learner_rows, restore_rows
+from gridctl.demand.rows import Restored, Row, RowKey, learner_rows, overlay, restore_rows
 from gridctl.domain import (
     ControllerPolicy,
     DesiredState,
@@ -98,12 +98,20 @@ class DemandBook:
             rows = learner_rows(learner.direct, learner.unbound, learner.sequences)
             return learner.revision, rows
 
-    def restore_demand(self, rows: list[Row], policy: ControllerPolicy, now: float) -> Restored:
+    def restore_demand(
+        self, rows: list[Row], policy: ControllerPolicy, now: float, *, over: bool = False
+    ) -> Restored:
         """Load series and sequences persisted by an earlier controller process, within
-        their windows at ``now``; invalid rows are refused one by one (``Restored``)."""
+        their windows at ``now``; invalid rows are refused one by one (``Restored``).
+        ``over``: lay them over this process's own state (taking over from another
+        controller) instead of replacing it (a restart)."""
         restored = restore_rows(rows, policy, now)
         with self._lock:
             learner = self._learner
+            if over:
+                restored = overlay(
+                    restored, learner.direct, learner.unbound, learner.sequences, policy
+                )
             learner.direct = dict(restored.direct)
             learner.unbound = dict(restored.unbound)
             learner.sequences.restore(restored.cursors, restored.transitions)

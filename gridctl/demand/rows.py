@@ -231,6 +231,48 @@ def restore_rows(rows: Iterable[Row], policy: ControllerPolicy, now: float) -> R
     return out
 
 
+def overlay(
+    restored: Restored,
+    direct: dict[str, BucketSeries],
+    unbound: dict[str, BucketSeries],
+    sequences: SequenceLearner,
+    policy: ControllerPolicy,
+) -> Restored:
+    """``restored`` laid over what this process learned itself (a controller taking
+    over from another): a persisted bucket, cursor or transition replaces the local
+    one with the same key, local-only ones stay, and the windows and caps hold."""
+    merged = Restored(
+        direct=_overlay_series(direct, restored.direct, policy),
+        unbound=_overlay_series(unbound, restored.unbound, policy),
+        cursors={**sequences.cursors, **restored.cursors},
+        transitions={**sequences.transitions, **restored.transitions},
+        restored=restored.restored,
+        expired=restored.expired,
+        refused=list(restored.refused),
+    )
+    cursors = sorted(merged.cursors.items(), key=lambda kv: (kv[1].seen, kv[0]))
+    transitions = sorted(merged.transitions.items(), key=lambda kv: (kv[1].seen, kv[0]))
+    merged.cursors = dict(cursors[max(0, len(cursors) - policy.affinity_max_workflows) :])
+    merged.transitions = dict(
+        transitions[max(0, len(transitions) - policy.affinity_max_transitions) :]
+    )
+    return merged
+
+
+def _overlay_series(
+    local: dict[str, BucketSeries], persisted: dict[str, BucketSeries], policy: ControllerPolicy
+) -> dict[str, BucketSeries]:
+    result = dict(local)
+    for name, series in persisted.items():
+        mine = local.get(name)
+        by_start = {b.start: b for b in mine.buckets} if mine is not None else {}
+        by_start.update({b.start: b for b in series.buckets})
+        horizon = max(by_start) - (series.window - 1) * series.width
+        kept = tuple(by_start[start] for start in sorted(by_start) if start >= horizon)
+        result[name] = BucketSeries(name, series.width, series.window, kept)
+    return result
+
+
 def _bound_affinity(out: Restored, policy: ControllerPolicy) -> None:
     """Least recently seen first (the learners' eviction order), within their caps."""
     cursors = sorted(out.cursors.items(), key=lambda kv: (kv[1].seen, kv[0]))

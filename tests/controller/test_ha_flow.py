@@ -116,11 +116,23 @@ async def test_follower_redirects_then_takes_over_and_continues_without_repeatin
         leader.controller.mark_dirty()
         evidence = _wait("evidence in the store", lambda: leader.store.evidence())
         assert not follower.controller.demand.evidence_bodies()
+        # its demand bucket too; the follower's own router saw unbound coding work
+        _wait("demand rows in the store", lambda: leader.store.demand_rows())
+        follower.controller.demand.observe(
+            RequestObservation(
+                clock(), "chat", None, None, None, "rejected", 503, 0.1, workload="coding"
+            )
+        )
 
         _crash(leader)  # the warm's acknowledgement has not reached anyone yet
         taken = _wait("the follower to take over", follower.controller.holds_authority)
         assert taken and follower.controller.authority.term == term + 1
         assert set(follower.controller.demand.evidence_bodies()) == set(evidence)
+        # the leader's learned demand is laid over the follower's own
+        assert follower.controller.demand.series_sizes() == {"gemma": 1}
+        assert [w.workload for w in follower.controller.demand.picture(clock()).workloads] == [
+            "coding"
+        ]
         _wait("the old leader to stop", lambda: not leader.controller.holds_authority())
         assert leader.controller.commands_for("local-1") == []
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gridctl.demand import DemandLearner, features_of
-from gridctl.demand.rows import learner_rows, restore_rows
+from gridctl.demand.rows import learner_rows, overlay, restore_rows
 from gridctl.domain import ControllerPolicy, WorkloadCatalog
 
 POLICY = ControllerPolicy()
@@ -138,3 +138,18 @@ def test_windows_are_applied_at_the_restoring_instant() -> None:
     assert [b.start for b in restored.direct["m"].buckets] == [kept]
     assert list(restored.transitions) == [("a", "c")]
     assert (restored.restored, restored.expired, restored.refused) == (2, 3, [])
+
+
+def test_a_takeover_lays_persisted_rows_over_its_own_learning() -> None:
+    local = learn([(0.0, "m", "general", "", 1.0, True), (600.0, "m", "general", "", 1.0, True)])
+    persisted = learn(
+        [(600.0, "m", "general", "", 1.0, True), (610.0, "m", "general", "", 1.0, True)]
+    )
+    persisted.observe(
+        features_of(t=T0 + 620, endpoint="chat", model=None, served_model=None, workload="coding")
+    )
+    restored = restore_rows(rows_of(persisted), POLICY, T0 + 700)
+    merged = overlay(restored, local.direct, local.unbound, local.sequences, POLICY)
+    buckets = {b.start: b.requests for b in merged.direct["m"].buckets}
+    assert buckets == {T0: 1, T0 + 600: 2}  # the persisted bucket replaces the local one
+    assert list(merged.unbound) == ["coding"]
