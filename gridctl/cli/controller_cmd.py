@@ -13,6 +13,7 @@ from gridctl.client import DEFAULT_CONTROLLER
 from gridctl.controller.reading import DEFAULT_INTERVAL_SECONDS, SourceOptions
 from gridctl.credentials import DEFAULT_TTL_SECONDS
 from gridctl.errors import GridctlError
+from gridctl.wallclock import wall_clock
 
 if TYPE_CHECKING:
     from gridctl.controller.stores.postgres import PostgresLocation
@@ -269,6 +270,7 @@ def run(args: argparse.Namespace) -> int:
                 ),
                 node_credential_ttl=args.node_credential_ttl,
                 router_auth=args.router_auth,
+                clock=wall_clock(),
             )
         )
         if service.tls_enabled:

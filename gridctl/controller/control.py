@@ -59,6 +59,7 @@ log = logging.getLogger(__name__)
 MAX_HISTORY = 2000
 MAX_EVENTS = 500
 APPLIED_PLAN_KEY = "applied_plan"  # store override: a saved plan applied in recommend mode
+CLOCK_STEP_TOLERANCE_SECONDS = 5.0  # smaller differences are ordinary skew between writers
 
 
 @dataclass
@@ -162,6 +163,8 @@ class Controller:
         self._grace: RestartGrace | None = (
             RestartGrace(restarted_at=self.started_at) if store.pending() else None
         )
+        # the latest time this controller has seen or recorded (None: read from the store)
+        self._clock_high: float | None = None
         # outcome evidence survives a restart; the tick persists what changed
         self._persisted_evidence = store.evidence()
         self.demand.restore_evidence(self._persisted_evidence)
@@ -477,8 +480,26 @@ class Controller:
         desired = self.desired.current
         if desired is None:
             raise RuntimeError("no valid desired state yet")
-        inputs = self.gather(desired, self.clock(), preview=False)
+        now = self.clock()
+        if not self.is_follower():
+            self._rebase_after_clock_step(now)
+        inputs = self.gather(desired, now, preview=False)
         self._commit(inputs, compute_tick(inputs))
+
+    def _rebase_after_clock_step(self, now: float) -> None:
+        """History recorded in the future means the wall clock stepped back (an NTP
+        correction, a restored VM): those times move to ``now`` once, durably, so
+        cooldowns and fences are not stretched by the size of the step."""
+        if self._clock_high is None:
+            self._clock_high = self.store.latest_finish() or now
+        if now + CLOCK_STEP_TOLERANCE_SECONDS < self._clock_high:
+            moved = self.store.rebase_future(now)
+            self.event(
+                "clock_stepped_back",
+                message=f"{self._clock_high - now:.0f}s: {moved} recorded time(s) moved to now",
+            )
+            self._clock_high = now
+        self._clock_high = max(self._clock_high, now)
 
     def _commit(self, inputs: TickInputs, outcome: TickOutcome) -> None:
         """Persist and announce what ``compute_tick`` decided."""

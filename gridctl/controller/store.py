@@ -286,6 +286,28 @@ class ControllerStore:
         if state != "pending":
             raise PermanentError(f"action id {action_id} already finished ({state}); not reused")
 
+    def latest_finish(self) -> float | None:
+        """The latest finish or observation time recorded (the controller's clock)."""
+        ((finished, observed),) = self._read(
+            "SELECT MAX(finished_at), MAX(observed_at) FROM actions"
+        )
+        times = [float(t) for t in (finished, observed) if t is not None]
+        return max(times) if times else None
+
+    def rebase_future(self, now: float) -> int:
+        """The wall clock stepped back: move every finish and observation time later than
+        ``now`` to ``now``, in one transaction, so failure backoff, mutation cooldown and
+        observation fencing run their configured length from the corrected time instead
+        of waiting until the old future timestamps come round. Returns the rows moved."""
+        with self._tx() as conn:
+            (count,) = conn.execute(
+                "SELECT COUNT(*) FROM actions WHERE finished_at > ? OR observed_at > ?",
+                (now, now),
+            ).fetchone()
+            conn.execute("UPDATE actions SET finished_at = ? WHERE finished_at > ?", (now, now))
+            conn.execute("UPDATE actions SET observed_at = ? WHERE observed_at > ?", (now, now))
+        return int(count)
+
     def mark_delivered(self, action_ids: Iterable[str], at: float | None = None) -> None:
         """The durable delivery marker, written before the response reaches the node."""
         when = self._clock() if at is None else at

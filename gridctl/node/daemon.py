@@ -55,6 +55,7 @@ from gridctl.node.runtimes.llamacpp import (
 )
 from gridctl.node.sensors import read_sensors
 from gridctl.node.statestore import NodeStateStore
+from gridctl.wallclock import wall_clock
 
 log = logging.getLogger("gridctl.node")
 
@@ -128,6 +129,7 @@ def build_node(
     """Assemble a node from its configuration (no thread started, nothing recovered)."""
     store = open_store(config.state_dir)
     store.bind_host(config.host_id)
+    clock = wall_clock()
     api_key, key_file = ensure_engine_key(store, config.state_dir)
     facts = config.facts()
     identity = NodeIdentity(config.state_dir)
@@ -162,10 +164,11 @@ def build_node(
         ports=config.port_range,
         limits=MemoryLimits(facts.capacity_mb, facts.reserved_mb),
         unload_idle_timeout=config.unload_idle_timeout,
+        clock=clock,
     )
     agent_ref: list[NodeAgent] = []
-    executor = CommandExecutor(actuator, lambda: agent_ref[0].host_state())
-    intake = CommandIntake(store, config.host_id)
+    executor = CommandExecutor(actuator, lambda: agent_ref[0].host_state(), clock=clock)
+    intake = CommandIntake(store, config.host_id, clock=clock)
     token_file = config.token_file
     read_node_credential(token_file)  # fail fast on a missing or group-readable file
     protection = ProtectionLoop(
@@ -175,6 +178,7 @@ def build_node(
         ),
         busy=lambda: any(r.active_requests > 0 for r in store.residencies()),
         store=store,
+        clock=clock,
     )
     agent = NodeAgent(
         facts=facts,
@@ -190,6 +194,7 @@ def build_node(
         protection=protection,
         identity=identity if joined else None,
         verify=identity.trust_context() if joined else True,
+        clock=clock,
     )
     agent_ref.append(agent)
     return NodeParts(store, actuator, executor, intake, agent, protection)

@@ -1,0 +1,95 @@
+"""A backward step of the controller's wall clock does not stretch cooldowns and fences.
+
+Finish and observation times recorded while the clock ran ahead lie in the
+future once it is corrected; without a rebase, the mutation cooldown, failure
+backoff and observation fencing would wait until those old timestamps came
+round (an hour, for an hour's step). The tick moves them to the corrected time
+once, durably, and says so in its history. (The real-process drill is
+``tests/faults/test_controller_faults.py::test_controller_wall_clock_jump``.)
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gridctl.controller.serving import ControllerService, ServiceOptions
+from gridctl.domain import ActionKind, ControllerPolicy, Receipt, ReceiptStatus
+from gridctl.reconcile import ControllerMemory
+from gridctl.reconcile.pacing import HistoryIndex
+from tests.controller.simnodes import Clock, engine_handler
+from tests.controller.storefixtures import queued
+
+T = 1_000_000.0
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Any:
+    watch = tmp_path / "policies"
+    watch.mkdir()
+    (watch / "m.yaml").write_text(
+        textwrap.dedent("""\
+            apiVersion: gridctl/v1
+            kind: ModelProfile
+            metadata: {name: m}
+            spec:
+              memory_mb: 1024
+              artifact: {sha256: 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'}
+              min_replicas: 1
+              max_replicas: 1
+            """)
+    )
+    clock = Clock(T)
+    svc = ControllerService(
+        ServiceOptions(
+            state_dir=tmp_path / "state",
+            watch_dir=watch,
+            clock=clock,
+            upstream_transport=httpx.MockTransport(engine_handler),
+        )
+    )
+    return svc, clock
+
+
+def _unload_finished(svc: Any) -> None:
+    pending = queued(ActionKind.UNLOAD, "h1", "m")
+    svc.controller.store.apply_tick([pending], [], ControllerMemory())
+    svc.controller.store.record_acknowledgement(
+        Receipt(action_id=pending.action.action_id, status=ReceiptStatus.SUCCEEDED)
+    )
+
+
+def test_a_backward_step_moves_future_history_to_now_once(service: Any) -> None:
+    svc, clock = service
+    clock.now = T + 3600  # the clock ran an hour ahead while this unload finished
+    _unload_finished(svc)
+    clock.now = T  # corrected
+    svc.controller.tick()
+    (entry,) = svc.controller.store.history()
+    assert entry.effective_at == T
+    steps = [e for e in svc.controller.events if e["event"] == "clock_stepped_back"]
+    assert len(steps) == 1 and steps[0]["message"].startswith("3600s: 1 recorded")
+    # the cooldown after that unload now ends one cooldown after the correction
+    policy = ControllerPolicy()
+    opposite = HistoryIndex(svc.controller.store.history()).last_direction[("h1", "m", True)]
+    assert opposite + policy.mutation_cooldown_seconds == T + policy.mutation_cooldown_seconds
+    clock.now = T + 1
+    svc.controller.tick()  # nothing more to move: no second event
+    assert len([e for e in svc.controller.events if e["event"] == "clock_stepped_back"]) == 1
+
+
+def test_a_step_within_the_tolerance_or_forward_moves_nothing(service: Any) -> None:
+    svc, clock = service
+    clock.now = T + 3
+    _unload_finished(svc)
+    clock.now = T  # 3 s: ordinary skew between writers, not a step
+    svc.controller.tick()
+    clock.now = T + 7200  # forward: nothing recorded is in the future
+    svc.controller.tick()
+    (entry,) = svc.controller.store.history()
+    assert entry.effective_at == T + 3
+    assert not [e for e in svc.controller.events if e["event"] == "clock_stepped_back"]
