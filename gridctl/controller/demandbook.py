@@ -24,7 +24,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from gridctl.demand import DemandLearner, DemandPicture
+from gridctl.demand import DemandLearner, DemandPicture, SequenceLearner
 from gridctl.demand.direct import gated_demand, with_correlation
 from gridctl.demand.intake import RequestObservation, learned_forecast, observation_features
 from gridctl.demand.rows import Restored, Row, RowKey, learner_rows, overlay, restore_rows
@@ -91,12 +91,15 @@ class DemandBook:
     ) -> tuple[int, dict[RowKey, str]] | None:
         """The learners' series and sequences as store rows, with the learner revision
         they reflect; None when that revision is still ``unless_revision``."""
-        with self._lock:
+        with self._lock:  # series and sequence entries are immutable: copy the maps only
             learner = self._learner
             if learner.revision == unless_revision:
                 return None
-            rows = learner_rows(learner.direct, learner.unbound, learner.sequences)
-            return learner.revision, rows
+            revision = learner.revision
+            direct, unbound = dict(learner.direct), dict(learner.unbound)
+            sequences = SequenceLearner(learner.sequences.policy)
+            sequences.restore(dict(learner.sequences.cursors), dict(learner.sequences.transitions))
+        return revision, learner_rows(direct, unbound, sequences)  # serialised outside the lock
 
     def restore_demand(
         self, rows: list[Row], policy: ControllerPolicy, now: float, *, over: bool = False
