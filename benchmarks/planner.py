@@ -11,10 +11,11 @@ Sizes (hosts x models): 8x8, 64x32, 256x64 and 1,000x200, in two shapes:
 
 Prints, per shape, the median wall-clock and CPU time over several runs per
 size, the growth exponent of CPU time between consecutive sizes and over the
-whole range (log time ratio / log of the hosts x models ratio) and the load
-average, since a shared machine makes wall-clock times noisy. ``--saturated``
-makes every model hot and every GPU host full (the proactive repack's worst
-case) in the mixed shape.
+whole range (log time ratio / log of the hosts x models ratio), the CPU time
+when the inputs' canonical texts are already known (a controller tick whose
+hosts and profiles are unchanged objects) and the load average, since a shared
+machine makes wall-clock times noisy. ``--saturated`` makes every model hot
+and every GPU host full (the proactive repack's worst case) in the mixed shape.
 
     python benchmarks/planner.py [--runs N] [--cold | --mixed] [--profile SIZE] [--saturated]
 """
@@ -44,6 +45,7 @@ from gridctl.domain import (
     ResidencyState,
 )
 from gridctl.planner import plan_placement
+from gridctl.planner.canonical import InputTexts
 
 NOW = 1_800_000_000.0
 SIZES = ((8, 8), (64, 32), (256, 64), (1000, 200))
@@ -222,23 +224,31 @@ def shape_inputs(shape: str, hosts: int, models: int) -> tuple[list[ModelProfile
 
 def median_ms(
     shape: str, hosts: int, models: int, runs: int, saturated: bool = False
-) -> tuple[float, float, int]:
-    """Median wall-clock and CPU milliseconds of one plan, and the new replicas it placed."""
+) -> tuple[float, float, float, int]:
+    """Median wall-clock and CPU milliseconds of one plan, the median CPU milliseconds of a
+    plan whose inputs' canonical texts are remembered (a controller tick whose hosts
+    and profiles did not change), and the new replicas placed."""
     profiles, snapshot = shape_inputs(shape, hosts, models)
     if saturated and shape == "mixed":
         snapshot = saturate(snapshot, profiles)
     policy = ControllerPolicy()
     wall = []
     cpu = []
+    remembered = []
+    texts = InputTexts()
     plan = plan_placement(profiles, snapshot, policy)  # warm-up, outside the timing
+    plan_placement(profiles, snapshot, policy, texts=texts)
     for _ in range(runs):
         started = time.perf_counter()
         started_cpu = time.process_time()
         plan_placement(profiles, snapshot, policy)
         cpu.append((time.process_time() - started_cpu) * 1000.0)
         wall.append((time.perf_counter() - started) * 1000.0)
+        started_cpu = time.process_time()
+        plan_placement(profiles, snapshot, policy, texts=texts)
+        remembered.append((time.process_time() - started_cpu) * 1000.0)
     placed = sum(1 for a in plan.assignments if not a.existing)
-    return statistics.median(wall), statistics.median(cpu), placed
+    return statistics.median(wall), statistics.median(cpu), statistics.median(remembered), placed
 
 
 def load_average() -> str:
@@ -255,15 +265,20 @@ def growth(size: int, ms: float, prev_size: int, prev_ms: float) -> str:
 def print_shape(shape: str, runs_wanted: int, saturated: bool) -> None:
     label = f"{shape} shape" + (" (saturated)" if saturated and shape == "mixed" else "")
     print(f"{label}:")
-    print(f"{'hosts x models':>15} {'median ms':>10} {'cpu ms':>8} {'placed':>7} {'growth':>7}")
+    print(
+        f"{'hosts x models':>15} {'median ms':>10} {'cpu ms':>8} {'placed':>7} {'growth':>7}"
+        f" {'cpu ms, texts known':>20}"
+    )
     previous: tuple[int, float] | None = None
     first: tuple[int, float] | None = None
     for hosts, models in SIZES:
         runs = runs_wanted if hosts * models < 100_000 else max(3, runs_wanted // 2)
-        ms, cpu, placed = median_ms(shape, hosts, models, runs, saturated)
+        ms, cpu, known, placed = median_ms(shape, hosts, models, runs, saturated)
         size = hosts * models
         step = "" if previous is None else growth(size, cpu, *previous)
-        print(f"{hosts:>7} x {models:<5} {ms:>10.1f} {cpu:>8.1f} {placed:>7} {step:>7}")
+        print(
+            f"{hosts:>7} x {models:<5} {ms:>10.1f} {cpu:>8.1f} {placed:>7} {step:>7} {known:>20.1f}"
+        )
         previous = (size, cpu)
         if first is None and hosts >= 64:
             first = (size, cpu)

@@ -117,6 +117,10 @@ def _fields_text(value: object, names: tuple[tuple[str, str], ...], memo: dict[s
             text = int.__repr__(field)
         elif kind in _ENUMS:
             text = _enum_text(field, memo)
+        elif kind is tuple and len(field) < 2:
+            text = "[" + _text(field[0], memo) + "]" if field else "[]"
+        elif kind is float and field - field == 0.0:  # finite
+            text = float.__repr__(field)
         else:
             text = _text(field, memo)
         body.append(prefix + text)
@@ -154,27 +158,51 @@ def _general(value: object, memo: dict[str, str]) -> str:
 
 
 class InputTexts:
-    """Canonical texts of inputs that repeat, unchanged, across the plans of one search.
+    """Canonical texts of inputs that repeat, unchanged, across plans.
 
     A portfolio search plans the same profiles, policy and hosts many times with
     different demand; it passes one ``InputTexts`` to each plan so their canonical
-    text is built once. Values are remembered by identity (and kept alive here,
-    so an identity is never reused), which is exact for frozen inputs.
+    text is built once. A controller that keeps one across its ticks re-serialises
+    only the hosts (and profiles) that are new objects since the last tick: the
+    items of a sequence are remembered one by one, so a new tuple of mostly
+    unchanged hosts reuses their texts; ``forget_unused`` after each tick keeps it
+    bounded. Values are remembered by identity (and kept alive here, so an
+    identity is never reused), which is exact for frozen inputs.
     """
 
     def __init__(self) -> None:
         self.strings: dict[str, str] = {}
         self._by_identity: dict[int, tuple[object, str]] = {}
+        self._used: set[int] = set()
 
     def text(self, value: object) -> str:
+        """``canonical_text(value)``."""
+        kind = type(value)
+        if kind is tuple or kind is list:
+            assert isinstance(value, (tuple, list))
+            items = [self.text(v) for v in value]
+            if len(items) > 1:
+                items.sort()
+            return "[" + ",".join(items) + "]"
         if not _frozen(value):
             return canonical_text(value, self.strings)  # may change between plans
-        hit = self._by_identity.get(id(value))
+        key = id(value)
+        self._used.add(key)
+        hit = self._by_identity.get(key)
         if hit is not None and hit[0] is value:
             return hit[1]
         found = canonical_text(value, self.strings)
-        self._by_identity[id(value)] = (value, found)
+        self._by_identity[key] = (value, found)
         return found
+
+    def forget_unused(self) -> int:
+        """Drop every text not used since the last call; how many were dropped."""
+        stale = [key for key in self._by_identity if key not in self._used]
+        for key in stale:
+            del self._by_identity[key]
+        self._used = set()
+        self.strings.clear()
+        return len(stale)
 
     def fields_text(self, value: object) -> str:
         """A dataclass as ``canonical_text`` writes it, each field's text remembered."""
@@ -204,7 +232,7 @@ def input_digest(
         snapshot_text = canonical_text(snapshot, strings)
     else:
         policy_text = texts.text(policy)
-        profiles_text = texts.text(profiles if isinstance(profiles, tuple) else list(profiles))
+        profiles_text = texts.text(list(profiles))
         snapshot_text = texts.fields_text(snapshot)
     text = (
         '{"policy":' + policy_text + ',"profiles":' + profiles_text + ',"snapshot":' + snapshot_text

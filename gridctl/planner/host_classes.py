@@ -26,19 +26,17 @@ from __future__ import annotations
 
 import heapq
 from bisect import insort
-from collections.abc import Iterator
 
 from gridctl.planner.rejections import Rejection, RejectionCode
-from gridctl.planner.scoring import DYNAMIC_MAX
+from gridctl.planner.scoring import DYNAMIC_MAX, score_with_dynamic
 from gridctl.planner.selection import (
     Choice,
     Search,
     Verdict,
     book_rejection,
-    new_placement_score,
     visit,
 )
-from gridctl.planner.workspace import Workspace
+from gridctl.planner.workspace import StaticScore, Workspace
 
 Signature = tuple[object, ...]
 
@@ -51,14 +49,24 @@ class HostClasses:
         # static class (``StaticEligibility.class_of``) -> class id -> members in id order
         self.by_static: dict[int, dict[int, list[str]]] = {}
         self._ids: dict[Signature, int] = {}  # every signature seen, numbered
-        self._alike: list[tuple[int, int]] = []  # class id -> (score shape id, static class)
+        self.alike: list[tuple[int, int]] = []  # class id -> (score shape id, static class)
         self._representative: dict[int, str] = {}
         self._class: dict[str, int] = {}
         self._domain: list[str] = []  # class id -> failure domain
         self._eligible: dict[str, tuple[int, ...]] = {}
         self._quick: dict[tuple[str, int, bool], float | None] = {}
-        self._total: dict[tuple[str, tuple[int, int]], float] = {}
+        self._by_alike: dict[str, dict[tuple[int, int], StaticScore]] = {}
+        # per model: hosts where it is planned or reserved (special to its searches)
+        self.holders: dict[str, set[str]] = {}
+        self._held: dict[str, frozenset[str]] = {}
+        # models whose presence on a host changes what colocation says to another model
+        self._constraining = frozenset(
+            name
+            for name, profile in ws.profiles.items()
+            if profile.max_colocated_models > 0 or name in ws.exclusions
+        )
         for host_id in ws.host_ids:
+            self._hold(host_id)
             if ws.views[host_id].admission is not None:
                 continue  # it takes nothing new: never eligible for any model
             class_id = self._id_of(host_id)
@@ -73,32 +81,43 @@ class HostClasses:
         """How many classes the admitted hosts fall into."""
         return sum(len(group) for group in self.by_static.values())
 
-    def eligible_groups(self, model_id: str) -> Iterator[tuple[int, list[str]]]:
-        """Member lists of every class the model may be placed in (static eligibility)."""
+    def eligible_static(self, model_id: str) -> tuple[int, ...]:
+        """The static classes (keys of ``by_static``) the model may be placed in."""
         found = self._eligible.get(model_id)
         if found is None:
             eligible = self._ws.eligible_set[model_id]
             found = self._eligible[model_id] = tuple(
                 c for c, host_id in sorted(self._representative.items()) if host_id in eligible
             )
-        for static_class in found:
-            yield from self.by_static[static_class].items()
+        return found
 
-    def static_total(self, model_id: str, class_id: int, host_id: str) -> float:
-        """The rounded static total of any member of the class (all score alike)."""
-        key = (model_id, self._alike[class_id])
-        found = self._total.get(key)
+    def alike_scores(self, model_id: str) -> dict[tuple[int, int], StaticScore]:
+        """The model's static scores known so far, by (score shape id, static class): the
+        members of every class with that pair score alike."""
+        found = self._by_alike.get(model_id)
         if found is None:
-            found = self._total[key] = self._ws.static_score(model_id, host_id)[1]
+            found = self._by_alike[model_id] = {}
         return found
 
     def quick(self, model_id: str, class_id: int, host_id: str) -> float | None:
         """``new_placement_score`` of any member of the class (memoised: the signature
         fixes everything it reads but the model's used failure domains)."""
-        key = (model_id, class_id, self._domain[class_id] in self._ws.domains[model_id])
+        ws = self._ws
+        new_domain = self._domain[class_id] not in ws.domains[model_id]
+        key = (model_id, class_id, new_domain)
         if key in self._quick:
             return self._quick[key]
-        found = self._quick[key] = new_placement_score(self._ws, model_id, host_id)
+        footprint = ws.new_footprint(model_id, host_id)
+        found: float | None = None
+        if footprint is not None:  # a class member holds no replica of the model
+            raw = self._by_alike[model_id][self.alike[class_id]][1]
+            found = score_with_dynamic(
+                raw,
+                new_domain,
+                ws.base_free[host_id] - ws.ledgers[host_id].new_mb - footprint,
+                ws.new_capacity[host_id],
+            )
+        self._quick[key] = found
         return found
 
     def _id_of(self, host_id: str) -> int:
@@ -106,14 +125,31 @@ class HostClasses:
         found = self._ids.get(signature)
         if found is None:
             found = self._ids[signature] = len(self._ids)
-            self._alike.append((self._ws.score_id(host_id), self._ws.static.class_of[host_id]))
+            self.alike.append((self._ws.score_id(host_id), self._ws.static.class_of[host_id]))
             self._domain.append(self._ws.views[host_id].domain)
         return found
 
+    def _hold(self, host_id: str) -> None:
+        """Index which models are planned or reserved on the host."""
+        ledger = self._ws.ledgers[host_id]
+        held = frozenset(ledger.assigned | ledger.reserved | ledger.new_models)
+        before = self._held.get(host_id, frozenset())
+        if held == before:
+            return
+        for model_id in before - held:
+            self.holders[model_id].discard(host_id)
+        for model_id in held - before:
+            self.holders.setdefault(model_id, set()).add(host_id)
+        self._held[host_id] = held
+
     def _read(self, host_id: str) -> Signature:
+        """Everything a search for a model not planned, reserved or resident on the host
+        reads of it: which models are there matters only by their count and the ones
+        that carry a colocation rule."""
         ws = self._ws
         view = ws.views[host_id]
         ledger = ws.ledgers[host_id]
+        members = ledger.members()
         return (
             ws.score_id(host_id),
             ws.static.class_of[host_id],
@@ -122,23 +158,21 @@ class HostClasses:
             view.raw_mb,
             view.unmanaged_mb,
             view.live_managed_mb,
-            view.live_models,
             view.host.resources.max_models,
             view.host.resources.disk_free_mb,
             ws.live_violations.get(host_id, ""),
             ledger.new_mb,
             ledger.desired_mb,
             ledger.disk_mb,
-            frozenset(ledger.assigned),
-            frozenset(ledger.new_models),
-            frozenset(ledger.reserved),
-            frozenset(ledger.desired_models),
+            len(members),
+            frozenset(members & self._constraining),
         )
 
     def refresh(self) -> None:
         """Move every host whose ledger changed into the class its new state belongs to."""
         journal = self._ws.journal
         for host_id in sorted(journal):
+            self._hold(host_id)
             old = self._class.get(host_id)
             if old is None:
                 continue
@@ -184,11 +218,17 @@ def _special_hosts(ws: Workspace, model_id: str, dead: dict[str, RejectionCode])
     found.update(ws.resident_hosts(model_id))
     found.update(dead)
     found.update(h for h, m in ws.preemptions if m == model_id)
+    if ws.classes is not None:
+        found.update(ws.classes.holders.get(model_id, ()))
     return found
 
 
-def _members_except(members: list[str], special: set[str]) -> Iterator[str]:
-    return (h for h in members if h not in special)
+def _next_member(members: list[str], start: int, special: set[str]) -> int:
+    """The position of the first member at or after ``start`` not special to the model."""
+    end = len(members)
+    while start < end and members[start] in special:
+        start += 1
+    return start
 
 
 def choose_by_class(
@@ -202,7 +242,10 @@ def choose_by_class(
     Once a best exists, a class whose new-placement score cannot beat it is
     dropped without a visit (the host-by-host search would skip its members
     without booking anything), and a class member after one that was rejected
-    takes the same rejection without re-running the filters.
+    takes the same rejection without re-running the filters. Hosts dead for
+    the model are not visited: a visit of one only adds its code to the
+    search's codes, which matter only when nothing wins, and then every
+    queued host would have been visited, so their codes are added at the end.
     """
     classes = classes_of(ws)
     ws.mark_searched(model_id)
@@ -210,21 +253,37 @@ def choose_by_class(
     static_score = ws.static_score
     dead_hosts: dict[str, RejectionCode] = {} if dead is None else dead
     special = _special_hosts(ws, model_id, dead_hosts)
-    # (-static total, host id, members still to visit, class) or a lone host (None, None)
-    queue: list[tuple[float, str, Iterator[str] | None, int | None]] = []
-    for group, members in classes.eligible_groups(model_id):
-        others = _members_except(members, special) if special else iter(members)
-        first = next(others, None)
-        if first is not None:
-            queue.append((-classes.static_total(model_id, group, first), first, others, group))
+    by_static = classes.by_static
+    alike = classes.alike
+    scores = classes.alike_scores(model_id)
+    memo = ws.static_scores(model_id)
+    # (-static total, host id, position in the class's members, members, class), or
+    # a lone host (0, (), None)
+    queue: list[tuple[float, str, int, list[str], int | None]] = []
+    for static_class in classes.eligible_static(model_id):
+        for group, members in by_static[static_class].items():
+            at = 0
+            first = members[0]
+            if first in special:
+                at = _next_member(members, 1, special)
+                if at == len(members):
+                    continue
+                first = members[at]
+            shape = alike[group]
+            score = scores.get(shape)
+            if score is None:
+                ws.static_sum(model_id, first)
+                score = scores[shape] = memo[first]
+            queue.append((-score[0][1], first, at, members, group))
     for host_id in special:
-        if host_id in eligible:
-            queue.append((-static_score(model_id, host_id)[1], host_id, None, None))
+        if host_id in eligible and host_id not in dead_hosts:
+            queue.append((-static_score(model_id, host_id)[1], host_id, 0, [], None))
     heapq.heapify(queue)
     search = Search(ws, model_id, relax_domains, dead)
     rejected: dict[int, Rejection] = {}  # the rejection a class's first visit met
+    quick_score = classes.quick
     while queue:
-        key, host_id, rest, class_id = queue[0]
+        key, host_id, at, members, class_id = queue[0]
         best = search.best
         if class_id is None:
             verdict = visit(search, host_id)
@@ -232,7 +291,7 @@ def choose_by_class(
             if best is not None:
                 if -key + DYNAMIC_MAX < best.score:
                     break  # no later host can win
-                quick = classes.quick(model_id, class_id, host_id)
+                quick = quick_score(model_id, class_id, host_id)
                 if quick is not None and (
                     quick < best.score or (quick == best.score and host_id > best.view.host_id)
                 ):
@@ -247,10 +306,13 @@ def choose_by_class(
                 verdict = book_rejection(search, host_id, known)
         if verdict is Verdict.BREAK:
             break
-        if rest is not None and verdict is Verdict.REJECTED:
-            following = next(rest, None)
-            if following is not None:
-                heapq.heapreplace(queue, (key, following, rest, class_id))
+        if class_id is not None and verdict is Verdict.REJECTED:
+            at = _next_member(members, at + 1, special)
+            if at < len(members):
+                heapq.heapreplace(queue, (key, members[at], at, members, class_id))
                 continue
         heapq.heappop(queue)
+    if search.best is None:
+        # the dead hosts' codes (those that died in this search are already in)
+        search.codes.update(code for h, code in dead_hosts.items() if h in eligible)
     return search.choice()

@@ -22,6 +22,7 @@ from gridctl.domain import (
 )
 from gridctl.planner.canonical import InputTexts, input_digest
 from gridctl.planner.explaining import StaticRows
+from gridctl.planner.fleet_index import SharedIndexes
 from gridctl.planner.rounds import place_pins, place_rounds
 from gridctl.planner.seeding import seed_incumbents
 from gridctl.planner.startup_paths import start_seconds
@@ -36,6 +37,7 @@ def plan_placement(
     *,
     by_class: bool | None = None,
     texts: InputTexts | None = None,
+    indexes: SharedIndexes | None = None,
 ) -> Plan:
     """Plan which replicas belong on which host, what to preempt and what cannot be met.
 
@@ -44,11 +46,12 @@ def plan_placement(
     one search (``False``: the host-by-host reference the class search is
     checked against). Both give the same plan, byte for byte. ``texts`` shares
     the canonical text of unchanged inputs between the plans of one search (the
-    digest is the same either way).
+    digest is the same either way), and ``indexes`` the demand-independent
+    indexes of the same profiles, hosts, instant and policy (the plan is too).
     """
     policy = policy or ControllerPolicy()
     digest = input_digest(profiles, snapshot, policy, texts)
-    ws = Workspace(profiles, snapshot, policy, by_class)
+    ws = Workspace(profiles, snapshot, policy, by_class, indexes)
     set_targets(ws)
     ws.build_scarcity()
     seed_incumbents(ws)

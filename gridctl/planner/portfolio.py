@@ -23,6 +23,7 @@ from gridctl.domain import (
     WorkloadCatalog,
 )
 from gridctl.planner.canonical import InputTexts
+from gridctl.planner.fleet_index import SharedIndexes
 from gridctl.planner.planning import plan_placement
 from gridctl.planner.portfolio_admission import admission_rows
 from gridctl.planner.portfolio_scan import FeasibilityScan, gate, spare_capacity_proof
@@ -69,9 +70,10 @@ def inputs_from_picture(
 def plan_portfolio(inputs: PortfolioInputs) -> PortfolioResult:
     profiles, policy = inputs.profiles, inputs.policy
     texts = InputTexts()  # profiles, policy and hosts are serialised once for every plan
+    indexes = SharedIndexes()  # and indexed once: only demand differs between the plans
 
     def planner(snapshot: FleetSnapshot) -> Plan:
-        return plan_placement(profiles, snapshot, policy, texts=texts)
+        return plan_placement(profiles, snapshot, policy, texts=texts, indexes=indexes)
 
     base = planner(inputs.snapshot)
     spare = spare_capacity_proof(inputs, base)

@@ -30,7 +30,7 @@ from gridctl.planner.repacking import (
     stage_proactive_repack,
 )
 from gridctl.planner.repair import try_repair
-from gridctl.planner.selection import Choice, choose_host, commit
+from gridctl.planner.selection import Choice, choose_host, choose_ranked, commit
 from gridctl.planner.workspace import Workspace
 
 ROUND_CLASSES = (DemandClass.BASELINE, DemandClass.DIRECT, DemandClass.INFERRED)
@@ -97,7 +97,7 @@ def _search(
     """The best host among all eligible ones: by class, or host by host (the same result)."""
     if worth_classing(ws):
         return choose_by_class(ws, model_id, relax_domains, dead)
-    return choose_host(ws, model_id, ws.ordered_hosts(model_id), relax_domains, dead)
+    return choose_ranked(ws, model_id, relax_domains, dead)
 
 
 def _message(ws: Workspace, model_id: str, code: UnsatisfiedCode) -> str:

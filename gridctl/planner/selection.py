@@ -27,7 +27,9 @@ from gridctl.planner.runtimes import residency_runtime_label
 from gridctl.planner.scoring import (
     BEST_FIT,
     DYNAMIC_MAX,
+    FAILURE_DOMAIN,
     Components,
+    best_fit,
     dynamic_components,
     score_with_dynamic,
 )
@@ -225,15 +227,14 @@ def new_placement_score(ws: Workspace, model_id: str, host_id: str) -> float | N
         return None
     if host_id in ws.incumbents[model_id]:
         return None
-    choice = ws.new_runtime(model_id, host_id)
-    if choice is None:  # pragma: no cover - static eligibility guarantees a runtime
+    footprint = ws.new_footprint(model_id, host_id)
+    if footprint is None:  # pragma: no cover - static eligibility guarantees a runtime
         return None
-    view = ws.views[host_id]
     return score_with_dynamic(
         ws.static_sum(model_id, host_id),
-        view.domain not in ws.domains[model_id],
-        ledger.incremental_free_mb - choice[1],
-        view.new_capacity_mb,
+        ws.domain_of[host_id] not in ws.domains[model_id],
+        ws.base_free[host_id] - ledger.new_mb - footprint,
+        ws.new_capacity[host_id],
     )
 
 
@@ -340,13 +341,60 @@ def choose_host(
     """The best feasible host among ``hosts`` (ordered by static score, best first).
 
     Hosts rejected for a reason that cannot heal within this plan are added to
-    ``dead`` so later searches for the same model skip them.
+    ``dead`` so later searches for the same model skip them. Once a best
+    exists, ``visit``'s pruning (the break and both skips) is run inline: most
+    hosts of a large fleet are skipped, and a skip books nothing.
     """
     search = Search(ws, model_id, relax_domains, dead)
+    memo = ws.static_scores(model_id)
+    used = ws.domains[model_id]
+    domain_of = ws.domain_of
+    capacity_of = ws.new_capacity
+    base_free = ws.base_free
+    ledgers = ws.ledgers
+    incumbents = ws.incumbents[model_id]
+    new_footprint = ws.new_footprint
     for host_id in hosts:
+        best = search.best
+        if best is not None and (dead is None or host_id not in dead):
+            found = memo.get(host_id)
+            if found is None:
+                ws.static_sum(model_id, host_id)
+                found = memo[host_id]
+            bound = found[0][1]
+            top = best.score
+            if bound + DYNAMIC_MAX < top:
+                break  # hosts are ranked by static score: no later host can win
+            new_domain = domain_of[host_id] not in used
+            if not new_domain and bound + BEST_FIT_BOUND < top:
+                continue  # without a new failure domain it cannot win
+            ledger = ledgers[host_id]
+            if not (
+                model_id in ledger.assigned or model_id in ledger.reserved or host_id in incumbents
+            ):
+                footprint = new_footprint(model_id, host_id)
+                if footprint is not None:
+                    # ``new_placement_score``, term for term
+                    value = found[1] + FAILURE_DOMAIN if new_domain else found[1]
+                    capacity = capacity_of[host_id]
+                    if capacity > 0:
+                        value += best_fit(base_free[host_id] - ledger.new_mb - footprint, capacity)
+                    quick = round(value, 6)
+                    if quick < top or (quick == top and host_id > best.view.host_id):
+                        continue  # it cannot win even if feasible
         if visit(search, host_id) is Verdict.BREAK:
             break
     return search.choice()
+
+
+def choose_ranked(
+    ws: Workspace,
+    model_id: str,
+    relax_domains: bool = False,
+    dead: dict[str, RejectionCode] | None = None,
+) -> Choice:
+    """``choose_host(ws, model_id, ws.ordered_hosts(model_id), ...)``."""
+    return choose_host(ws, model_id, ws.ordered_hosts(model_id), relax_domains, dead)
 
 
 def commit(

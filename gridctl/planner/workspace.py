@@ -1,10 +1,11 @@
 """The state of one planning pass: inputs, indexes, ledgers and what was decided.
 
 Built once from the frozen inputs, a ``Workspace`` holds every index the
-filters and scorers need (host views, static eligibility per model, reciprocal
-colocation exclusions, incumbents per (model, host), memoised static scores)
-and the mutable books: per-host ledgers, assignments, staged preemptions, the
-eviction budget, shortfalls and explanations. It is private to one call of
+filters and scorers need (the demand-independent ``FleetIndex``: host views,
+static eligibility per model, reciprocal colocation exclusions, incumbents per
+(model, host); and memoised static scores) and the mutable books: per-host
+ledgers, assignments, staged preemptions, the eviction budget, shortfalls and
+explanations. It is private to one call of
 ``plan_placement``; afterwards only the plan's lazily built candidate rows
 read it, and nothing changes it.
 """
@@ -25,13 +26,13 @@ from gridctl.domain import (
     Preemption,
     UnsatisfiedCode,
 )
-from gridctl.planner.eligibility import StaticEligibility
 from gridctl.planner.explaining import ExplanationBook
-from gridctl.planner.host_views import SATISFYING_STATES, HostView, LiveResidency, build_host_view
+from gridctl.planner.fleet_index import SharedIndexes, fleet_index
+from gridctl.planner.host_views import LiveResidency
 from gridctl.planner.ledgers import HostLedger
 from gridctl.planner.rejections import RejectionCode
-from gridctl.planner.runtimes import residency_runtime_matches, runtime_for_new_placement
-from gridctl.planner.scoring import Components, FleetNorms, ScarcityIndex, static_components, total
+from gridctl.planner.runtimes import runtime_for_new_placement
+from gridctl.planner.scoring import Components, ScarcityIndex, static_components, total
 from gridctl.planner.targets import ReplicaTarget
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -59,64 +60,39 @@ class Workspace:
         snapshot: FleetSnapshot,
         policy: ControllerPolicy,
         by_class: bool | None = None,
+        shared: SharedIndexes | None = None,
     ) -> None:
+        fleet = fleet_index(profiles, snapshot, policy, shared)
         self.policy = policy
         self.now = snapshot.now
-        self.profiles: dict[str, ModelProfile] = {p.name: p for p in sorted(profiles, key=_name)}
-        self.model_ids: tuple[str, ...] = tuple(self.profiles)
+        self.profiles = fleet.profiles
+        self.model_ids = fleet.model_ids
         self.demand: dict[str, ModelDemand] = {d.model_id: d for d in snapshot.demand}
-        ordered_hosts = sorted(snapshot.hosts, key=lambda h: h.host_id)
-        self.views: dict[str, HostView] = {
-            h.host_id: build_host_view(h, self.profiles, self.now, policy) for h in ordered_hosts
-        }
-        self.host_ids: tuple[str, ...] = tuple(self.views)
-        self.host_position: dict[str, int] = {h: i for i, h in enumerate(self.host_ids)}
+        self.views = fleet.views
+        self.host_ids = fleet.host_ids
+        self.host_position = fleet.host_position
+        self.domain_of = fleet.domain_of
+        self.new_capacity = fleet.new_capacity
+        self.base_free = fleet.base_free
         self.journal: set[str] = set()  # hosts whose ledger changed since the classes read them
         self.ledgers: dict[str, HostLedger] = {
             k: HostLedger(v, self.journal) for k, v in self.views.items()
         }
         self.explain = ExplanationBook()
-        self.norms = FleetNorms.of(list(self.views.values()))
-        self.exclusions = _reciprocal_exclusions(self.profiles)
-        self.static = StaticEligibility(self.profiles, self.views)
-        self.eligible: dict[str, tuple[str, ...]] = self.static.eligible
-        self.eligible_set: dict[str, frozenset[str]] = self.static.eligible_set
-        self.static_codes: dict[str, set[RejectionCode]] = self.static.codes
-        self.compatible_count: dict[str, int] = self.static.compatible
+        self.norms = fleet.norms
+        self.exclusions = fleet.exclusions
+        self.static = fleet.static
+        self.eligible = fleet.static.eligible
+        self.eligible_set = fleet.static.eligible_set
+        self.static_codes = fleet.static.codes
+        self.compatible_count = fleet.static.compatible
         self.dead: dict[str, dict[str, RejectionCode]] = {}
-        self.incumbents: dict[str, dict[str, LiveResidency]] = {m: {} for m in self.model_ids}
+        self.incumbents = fleet.incumbents
         # hosts whose static score for a model depends on more than the host's score shape
-        self._special: dict[str, set[str]] = {m: set() for m in self.model_ids}
-        self.cached_hosts: dict[str, list[str]] = {m: [] for m in self.model_ids}
-        score_ids: dict[tuple[object, ...], int] = {}
-        self._score_id: dict[str, int] = {}
-        for host_id, view in self.views.items():
-            self._score_id[host_id] = score_ids.setdefault(view.score_shape, len(score_ids))
-            for model_id in view.cached_digests:
-                if model_id in self.profiles:
-                    self.cached_hosts[model_id].append(host_id)
-                    self._special[model_id].add(host_id)
-            for model_id in view.failures:
-                if model_id in self.profiles:
-                    self._special[model_id].add(host_id)
-            for model_id in view.learned:
-                if model_id in self.profiles:  # learned timings or speed of this model
-                    self._special[model_id].add(host_id)
-            if view.admission is not None:
-                continue  # the host fence excludes it from placement evidence
-            for model_id in view.by_model:
-                profile = self.profiles.get(model_id)
-                if profile is None:
-                    continue
-                row = _best_incumbent(profile, view)
-                if row is not None:
-                    self.incumbents[model_id][host_id] = row
-                    self._special[model_id].add(host_id)
-        self.live_violations: dict[str, str] = {
-            host_id: found
-            for host_id, view in self.views.items()
-            if (found := _colocation_breach(view.live_models, self.profiles, self.exclusions))
-        }
+        self._special = fleet.special
+        self.cached_hosts = fleet.cached_hosts
+        self._score_id = fleet.score_id
+        self.live_violations = fleet.live_violations
         self.targets: dict[str, ReplicaTarget] = {}
         self.scarcity: ScarcityIndex | None = None
         self.assignments: dict[str, dict[str, Assignment]] = {m: {} for m in self.model_ids}
@@ -131,8 +107,9 @@ class Workspace:
         self._static: dict[str, dict[str, StaticScore]] = {m: {} for m in self.model_ids}
         self._static_by_shape: dict[tuple[object, ...], StaticScore] = {}
         self._score_signature: dict[str, tuple[float, float, float]] = {}
-        self._new_runtime: dict[tuple[str, int], tuple[str, int] | None] = {}
+        self._new_runtime = fleet.new_runtime
         self._ordered: dict[str, tuple[str, ...]] = {}
+        self._footprint = fleet.footprint
         self._searched: set[str] = set()
         # search equivalent hosts as one class (False: host by host; None: decide on the
         # first search from how many classes the hosts fall into)
@@ -173,6 +150,11 @@ class Workspace:
         if found is None:
             found = memo[host_id] = self._static_score(model_id, host_id)
         return found[0]
+
+    def static_scores(self, model_id: str) -> dict[str, StaticScore]:
+        """The memo of the model's static scores so far, by host (filled by ``ordered_hosts``
+        for every eligible host; ``static_score`` fills any other)."""
+        return self._static[model_id]
 
     def static_sum(self, model_id: str, host_id: str) -> float:
         """The unrounded sum of the static parts, so that adding the dynamic parts to it
@@ -273,6 +255,15 @@ class Workspace:
             self._ordered[model_id] = found
         return found
 
+    def new_footprint(self, model_id: str, host_id: str) -> int | None:
+        """The memory a new replica takes on the host, None where no runtime fits."""
+        key = (model_id, self.static.shape_of[host_id])
+        if key in self._footprint:
+            return self._footprint[key]
+        choice = self.new_runtime(model_id, host_id)
+        found = self._footprint[key] = None if choice is None else choice[1]
+        return found
+
     def new_runtime(self, model_id: str, host_id: str) -> tuple[str, int] | None:
         """(runtime, footprint) of a new placement; a function of the host's shape."""
         key = (model_id, self.static.shape_of[host_id])
@@ -340,55 +331,3 @@ class Workspace:
 
     def priority(self, model_id: str) -> int:
         return self.profiles[model_id].priority
-
-
-def _name(profile: ModelProfile) -> str:
-    return profile.name
-
-
-def _best_incumbent(profile: ModelProfile, view: HostView) -> LiveResidency | None:
-    """The best satisfying residency of exactly this profile's artifact and runtimes."""
-    best: LiveResidency | None = None
-    sha = profile.artifact.sha256
-    for row in view.residencies_of(profile.name):
-        r = row.residency
-        if r.state not in SATISFYING_STATES or not residency_runtime_matches(profile, r, view.host):
-            continue
-        if sha is not None and r.artifact_sha256 != sha:
-            continue
-        if best is None or _state_rank(row) < _state_rank(best):
-            best = row
-    return best
-
-
-def _state_rank(row: LiveResidency) -> tuple[int, int]:
-    order = {"ready": 0, "warming": 1, "loading": 2}
-    return (order.get(row.residency.state.value, 3), row.memory_mb)
-
-
-def _reciprocal_exclusions(profiles: dict[str, ModelProfile]) -> dict[str, frozenset[str]]:
-    """Exclusions declared by either side apply to both."""
-    pairs: dict[str, set[str]] = {}
-    for name, profile in profiles.items():
-        for other in profile.colocation_excludes:
-            if other == name:
-                continue
-            pairs.setdefault(name, set()).add(other)
-            pairs.setdefault(other, set()).add(name)
-    return {k: frozenset(v) for k, v in pairs.items()}
-
-
-def _colocation_breach(
-    members: frozenset[str],
-    profiles: dict[str, ModelProfile],
-    exclusions: dict[str, frozenset[str]],
-) -> str:
-    """A colocation rule the live models on one host already break, or ""."""
-    for name in sorted(members):
-        clash = sorted(exclusions.get(name, frozenset()) & members)
-        if clash:
-            return f"{name} and {clash[0]} are live together"
-        profile = profiles.get(name)
-        if profile is not None and 0 < profile.max_colocated_models < len(members):
-            return f"{len(members)} live models exceed {name}'s ceiling"
-    return ""

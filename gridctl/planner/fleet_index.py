@@ -1,0 +1,175 @@
+"""The indexes of one plan that depend only on profiles, hosts, the instant and policy.
+
+Host views, static eligibility, fleet norms, incumbents and the hosts special
+to each model are a function of the frozen inputs other than demand. A plan
+builds them once; a search that plans the same profiles, hosts, instant and
+policy many times with different demand (the portfolio search) shares one
+``FleetIndex`` between its plans through ``SharedIndexes``. Nothing here
+changes after it is built, except memos of pure functions of these inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gridctl.domain import ControllerPolicy, FleetSnapshot, ModelProfile
+from gridctl.planner.eligibility import StaticEligibility
+from gridctl.planner.host_views import SATISFYING_STATES, HostView, LiveResidency, build_host_view
+from gridctl.planner.runtimes import residency_runtime_matches
+from gridctl.planner.scoring import FleetNorms
+
+
+class FleetIndex:
+    """Demand-independent indexes of one (profiles, hosts, now, policy)."""
+
+    def __init__(
+        self, profiles: Sequence[ModelProfile], snapshot: FleetSnapshot, policy: ControllerPolicy
+    ) -> None:
+        now = snapshot.now
+        self.profiles: dict[str, ModelProfile] = {p.name: p for p in sorted(profiles, key=_name)}
+        self.model_ids: tuple[str, ...] = tuple(self.profiles)
+        ordered_hosts = sorted(snapshot.hosts, key=lambda h: h.host_id)
+        self.views: dict[str, HostView] = {
+            h.host_id: build_host_view(h, self.profiles, now, policy) for h in ordered_hosts
+        }
+        self.host_ids: tuple[str, ...] = tuple(self.views)
+        self.host_position: dict[str, int] = {h: i for i, h in enumerate(self.host_ids)}
+        # what the pruning of a search reads of each host, without a view per visit
+        self.domain_of: dict[str, str] = {}
+        self.new_capacity: dict[str, int] = {}
+        self.base_free: dict[str, int] = {}  # incremental free memory before any plan's work
+        for host_id, view in self.views.items():
+            self.domain_of[host_id] = view.domain
+            self.new_capacity[host_id] = view.new_capacity_mb
+            self.base_free[host_id] = (
+                view.new_capacity_mb - view.unmanaged_mb - view.live_managed_mb
+            )
+        self.norms = FleetNorms.of(list(self.views.values()))
+        self.exclusions = _reciprocal_exclusions(self.profiles)
+        self.static = StaticEligibility(self.profiles, self.views)
+        self.incumbents: dict[str, dict[str, LiveResidency]] = {m: {} for m in self.model_ids}
+        # hosts whose static score for a model depends on more than the host's score shape
+        self.special: dict[str, set[str]] = {m: set() for m in self.model_ids}
+        self.cached_hosts: dict[str, list[str]] = {m: [] for m in self.model_ids}
+        score_ids: dict[tuple[object, ...], int] = {}
+        self.score_id: dict[str, int] = {}
+        for host_id, view in self.views.items():
+            self.score_id[host_id] = score_ids.setdefault(view.score_shape, len(score_ids))
+            for model_id in view.cached_digests:
+                if model_id in self.profiles:
+                    self.cached_hosts[model_id].append(host_id)
+                    self.special[model_id].add(host_id)
+            for model_id in view.failures:
+                if model_id in self.profiles:
+                    self.special[model_id].add(host_id)
+            for model_id in view.learned:
+                if model_id in self.profiles:  # learned timings or speed of this model
+                    self.special[model_id].add(host_id)
+            if view.admission is not None:
+                continue  # the host fence excludes it from placement evidence
+            for model_id in view.by_model:
+                profile = self.profiles.get(model_id)
+                if profile is None:
+                    continue
+                row = _best_incumbent(profile, view)
+                if row is not None:
+                    self.incumbents[model_id][host_id] = row
+                    self.special[model_id].add(host_id)
+        self.live_violations: dict[str, str] = {
+            host_id: found
+            for host_id, view in self.views.items()
+            if (found := _colocation_breach(view.live_models, self.profiles, self.exclusions))
+        }
+        # memos of pure functions of (model, host shape)
+        self.new_runtime: dict[tuple[str, int], tuple[str, int] | None] = {}
+        self.footprint: dict[tuple[str, int], int | None] = {}
+
+
+class SharedIndexes:
+    """The ``FleetIndex`` of the last (profiles, hosts, now, policy) planned, kept for the
+    next plan of the same inputs. Inputs are matched by identity (and kept alive here),
+    which is exact for frozen inputs."""
+
+    def __init__(self) -> None:
+        self._key: tuple[object, ...] | None = None
+        self._index: FleetIndex | None = None
+
+    def index(
+        self, profiles: Sequence[ModelProfile], snapshot: FleetSnapshot, policy: ControllerPolicy
+    ) -> FleetIndex:
+        key = (profiles, snapshot.hosts, snapshot.now, policy)
+        if self._index is not None and self._key is not None and _same(self._key, key):
+            return self._index
+        if not isinstance(profiles, tuple):
+            return FleetIndex(profiles, snapshot, policy)  # may change between plans
+        self._key = key
+        self._index = FleetIndex(profiles, snapshot, policy)
+        return self._index
+
+
+def _same(held: tuple[object, ...], key: tuple[object, ...]) -> bool:
+    return all(a is b for a, b in zip(held[:2], key[:2], strict=True)) and held[2:] == key[2:]
+
+
+def fleet_index(
+    profiles: Sequence[ModelProfile],
+    snapshot: FleetSnapshot,
+    policy: ControllerPolicy,
+    shared: SharedIndexes | None = None,
+) -> FleetIndex:
+    """The plan's fleet index: built, or the shared one of the same inputs."""
+    if shared is None:
+        return FleetIndex(profiles, snapshot, policy)
+    return shared.index(profiles, snapshot, policy)
+
+
+def _name(profile: ModelProfile) -> str:
+    return profile.name
+
+
+def _best_incumbent(profile: ModelProfile, view: HostView) -> LiveResidency | None:
+    """The best satisfying residency of exactly this profile's artifact and runtimes."""
+    best: LiveResidency | None = None
+    sha = profile.artifact.sha256
+    for row in view.residencies_of(profile.name):
+        r = row.residency
+        if r.state not in SATISFYING_STATES or not residency_runtime_matches(profile, r, view.host):
+            continue
+        if sha is not None and r.artifact_sha256 != sha:
+            continue
+        if best is None or _state_rank(row) < _state_rank(best):
+            best = row
+    return best
+
+
+def _state_rank(row: LiveResidency) -> tuple[int, int]:
+    order = {"ready": 0, "warming": 1, "loading": 2}
+    return (order.get(row.residency.state.value, 3), row.memory_mb)
+
+
+def _reciprocal_exclusions(profiles: dict[str, ModelProfile]) -> dict[str, frozenset[str]]:
+    """Exclusions declared by either side apply to both."""
+    pairs: dict[str, set[str]] = {}
+    for name, profile in profiles.items():
+        for other in profile.colocation_excludes:
+            if other == name:
+                continue
+            pairs.setdefault(name, set()).add(other)
+            pairs.setdefault(other, set()).add(name)
+    return {k: frozenset(v) for k, v in pairs.items()}
+
+
+def _colocation_breach(
+    members: frozenset[str],
+    profiles: dict[str, ModelProfile],
+    exclusions: dict[str, frozenset[str]],
+) -> str:
+    """A colocation rule the live models on one host already break, or ""."""
+    for name in sorted(members):
+        clash = sorted(exclusions.get(name, frozenset()) & members)
+        if clash:
+            return f"{name} and {clash[0]} are live together"
+        profile = profiles.get(name)
+        if profile is not None and 0 < profile.max_colocated_models < len(members):
+            return f"{len(members)} live models exceed {name}'s ceiling"
+    return ""
