@@ -186,7 +186,8 @@ class StaticEligibility:
         self.eligible_set: dict[str, frozenset[str]] = {}
         self.codes: dict[str, set[RejectionCode]] = {}
         self.compatible: dict[str, int] = {}
-        opened: dict[tuple[int, ...], tuple[str, ...]] = {}
+        # per set of passing shapes: its admitted hosts in id order, as a tuple and a set
+        opened: dict[tuple[int, ...], tuple[tuple[str, ...], frozenset[str]]] = {}
         pinned_here: dict[str, set[str]] = {}
         for model_id, profile in profiles.items():
             rejections = tuple(self.memo.shape_rejection(profile, rep) for rep in reps)
@@ -195,10 +196,11 @@ class StaticEligibility:
             for index, found in enumerate(rejections):
                 if found is not None and admitted[index]:
                     codes.add(found.code)
-            open_hosts = opened.get(passing)
-            if open_hosts is None:
-                merged = chain.from_iterable(admitted[i] for i in passing)
-                open_hosts = opened[passing] = tuple(sorted(merged))
+            opening = opened.get(passing)
+            if opening is None:
+                merged = tuple(sorted(chain.from_iterable(admitted[i] for i in passing)))
+                opening = opened[passing] = (merged, frozenset(merged))
+            open_hosts, open_set = opening
             if profile.pins:
                 pinned = set(profile.pins)
                 eligible = tuple(h for h in open_hosts if h in pinned)
@@ -214,7 +216,8 @@ class StaticEligibility:
                 compatible = sum(sizes[i] for i in passing)
             self.rejections[model_id] = rejections
             self.eligible[model_id] = eligible
-            self.eligible_set[model_id] = frozenset(eligible)
+            shared = eligible is open_hosts  # models passing the same shapes share one set
+            self.eligible_set[model_id] = open_set if shared else frozenset(eligible)
             self.codes[model_id] = codes
             self.compatible[model_id] = compatible
         classes: dict[tuple[int, frozenset[str]], int] = {}

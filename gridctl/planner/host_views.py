@@ -134,7 +134,13 @@ def build_host_view(
     managed = 0
     fixed = 0
     fixed_models: set[str] = set()
+    cached = {(c.model_id, c.artifact_sha256) for c in host.cached}
+    active = 0
     for residency in host.residencies:
+        active += residency.active_requests
+        # a live or cached residency proves its weights are on disk
+        if residency.state in SATISFYING_STATES or residency.state is ResidencyState.CACHED:
+            cached.add((residency.model_id, residency.artifact_sha256))
         if not residency.state.occupies_memory:
             continue
         profile = profiles.get(residency.model_id)
@@ -149,11 +155,6 @@ def build_host_view(
         else:
             unmanaged_rows += memory
             fixed_models.add(residency.model_id)
-    cached = {(c.model_id, c.artifact_sha256) for c in host.cached}
-    for residency in host.residencies:
-        # a live or cached residency proves its weights are on disk
-        if residency.state in SATISFYING_STATES or residency.state is ResidencyState.CACHED:
-            cached.add((residency.model_id, residency.artifact_sha256))
     ordered = tuple(sorted(live, key=lambda r: (r.model_id, r.residency.state.value, r.memory_mb)))
     by_model: dict[str, tuple[LiveResidency, ...]] = {}
     for row in ordered:
@@ -174,7 +175,7 @@ def build_host_view(
             model: frozenset(sha for m, sha in cached if m == model) for model, _ in cached
         },
         failures=dict(host.failed_attempts),
-        active_requests=sum(r.active_requests for r in host.residencies),
+        active_requests=active,
         by_model=by_model,
         learned={row.model_id: row for row in host.learned},
         shape=(
@@ -194,6 +195,6 @@ def build_host_view(
             res.measured_latency_ms,
             res.host_priority,
             host.state is HostState.THROTTLED,
-            sum(r.active_requests for r in host.residencies),
+            active,
         ),
     )
