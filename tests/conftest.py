@@ -24,6 +24,20 @@ from tests.netfleet import (
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
 settings.register_profile("explore", derandomize=False, print_blob=True)
 settings.load_profile("ci")
+# scripts/mutation runs each mutant against its tests; it caps every property's examples
+# (GRIDCTL_MUTATION_EXAMPLES) so a pass over thousands of mutants fits a small machine.
+MUTATION_EXAMPLES = int(os.environ.get("GRIDCTL_MUTATION_EXAMPLES", "0"))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if MUTATION_EXAMPLES <= 0:
+        return
+    for item in items:
+        test = getattr(item, "obj", None)
+        chosen = getattr(test, "_hypothesis_internal_use_settings", None)
+        if isinstance(chosen, settings) and chosen.max_examples > MUTATION_EXAMPLES:
+            capped = settings(chosen, max_examples=MUTATION_EXAMPLES)
+            test._hypothesis_internal_use_settings = capped  # type: ignore[union-attr]
 
 
 @pytest.fixture(autouse=True)

@@ -114,18 +114,18 @@ def reconcile(
         key=service_key,
     )
     by_key = {action_key(p.action): p for p in live}
-    matched: set[str] = set()
-    fresh: list[Proposal] = []
+    serving: dict[str, Proposal] = {}  # pending action id -> the proposal it carries
     for proposal in proposals:
         held = by_key.get(proposal.key)
         if held is not None:
-            matched.add(held.action_id)
-        else:
-            fresh.append(proposal)
+            serving.setdefault(held.action_id, proposal)
+    matched = set(serving)
     for p in live:
         if p.action_id not in matched and not p.delivered:
             cancellations.append(Cancellation(p.action_id, CancelReason.SUPERSEDED, False))
-    live = [p for p in live if p.action_id in matched or p.delivered]
+    live = [
+        _serving(p, serving.get(p.action_id)) for p in live if p.action_id in matched or p.delivered
+    ]
 
     blocked_models = {w.model_id for w in memory.withdrawn}
     decided = _decide(
@@ -159,6 +159,19 @@ def reconcile(
         if d.action.executable and d.pending is None and d.action.action_id not in gone
     )
     return ReconcileResult(tuple(actions), enqueue, tuple(cancellations), (), memory)
+
+
+def _serving(p: PendingAction, proposal: Proposal | None) -> PendingAction:
+    """A carried action ranks by the work it serves in this tick: the demand class and
+    priority of its proposal, not the ones it was queued with. Otherwise a warm queued
+    while its replica was inferred demand would count as lower-class work once the replica
+    is pinned, and the governor would withdraw it to admit its own load."""
+    if proposal is None:
+        return p
+    if p.demand_class == proposal.demand_class and p.action.priority == proposal.priority:
+        return p
+    action = replace(p.action, priority=proposal.priority)
+    return replace(p, action=action, demand_class=proposal.demand_class)
 
 
 def _triage_pending(

@@ -6,6 +6,7 @@ from gridctl.domain import ActionKind, DemandClass, Preemption, ResidencyState
 from gridctl.reconcile import BlockedCode, CancelReason, delivery_order
 
 from .builders import (
+    NOW,
     SHA_A,
     SHA_B,
     assign,
@@ -254,3 +255,22 @@ def test_loads_without_a_declared_digest_are_not_fanout_limited() -> None:
     )
     loads = [a for a in result.actions if a.kind is ActionKind.LOAD]
     assert len(loads) == 3 and all(a.executable for a in loads)
+
+
+def test_a_carried_action_ranks_by_the_work_it_serves_now() -> None:
+    # The warm of a replica was queued while the replica was inferred demand; the replica
+    # is pinned now. Its load must not withdraw that warm as lower-class work (and the
+    # rerun tick then re-enqueue the warm): the inferred load of another model goes.
+    profs = profiles(profile("a", sha=SHA_A), profile("b", sha=SHA_B))
+    warm = pending_of(ActionKind.WARM, "h1", "a", sha=SHA_A, cls=INFERRED)
+    other = pending_of(ActionKind.LOAD, "h2", "b", sha=SHA_B, cls=INFERRED, queued=1)
+    the_plan = plan(assign("a", "h1", cls=DemandClass.PINNED), assign("b", "h2", cls=INFERRED))
+    snapshot = fleet(host("h1"), host("h2"))
+    pol = policy(max_concurrent_mutations=2, max_concurrent_mutations_per_host=2)
+    first = run(the_plan, snapshot, profs, pending=[warm, other], pol=pol)
+    assert [c.action_id for c in first.cancellations] == [other.action_id]
+    assert find(first, ActionKind.LOAD, "h1", "a").executable
+    assert find(first, ActionKind.WARM, "h1", "a").action_id == warm.action_id
+    queue = [warm, *first.enqueue]
+    second = run(the_plan, snapshot, profs, pending=queue, pol=pol, now=NOW + 1)
+    assert second.enqueue == () and second.cancellations == ()
