@@ -7,6 +7,8 @@ from gridctl.reconcile import BlockedCode, CancelReason, ControllerMemory
 
 from .builders import (
     NOW,
+    SHA_A,
+    SHA_B,
     assign,
     done,
     find,
@@ -150,3 +152,79 @@ def test_a_heartbeat_older_than_the_withdrawal_proves_nothing() -> None:
         memory=memory,
     )
     assert len(result.withdrawn_destructive) == 1
+
+
+REVISED = profiles(profile("x", sha=SHA_A, min_replicas=1))
+
+
+def _ready_on_h2_and_h3(h1_sha: str) -> tuple[object, ...]:
+    """x wanted on h1 and h2 (revision A); h2 and h3 serve A, h1 serves ``h1_sha``."""
+    return (
+        plan(assign("x", "h1"), assign("x", "h2")),
+        fleet(
+            host("h1", res("x", sha=h1_sha)),
+            host("h2", res("x", sha=SHA_A)),
+            host("h3", res("x", sha=SHA_A)),
+        ),
+    )
+
+
+def test_a_drain_of_a_replica_the_plan_wants_again_is_withdrawn_even_with_replacements() -> None:
+    the_plan, snapshot = _ready_on_h2_and_h3(SHA_A)
+    drain = pending_of(ActionKind.DRAIN, "h1", "x", sha=SHA_A, delivered=True, cls=None)
+    result = run(the_plan, snapshot, REVISED, pending=[drain])  # type: ignore[arg-type]
+    assert [(c.action_id, c.reason) for c in result.cancellations] == [
+        (drain.action_id, CancelReason.WITHDRAWN_UNSAFE)
+    ]
+
+
+def test_a_drain_of_an_obsolete_revision_is_not_wanted_again() -> None:
+    the_plan, snapshot = _ready_on_h2_and_h3(SHA_B)
+    drain = pending_of(ActionKind.DRAIN, "h1", "x", sha=SHA_B, delivered=True, cls=None)
+    result = run(the_plan, snapshot, REVISED, pending=[drain])  # type: ignore[arg-type]
+    assert result.cancellations == () and result.withdrawn_destructive == ()
+    assert find(result, ActionKind.DRAIN, "h1", "x").action_id == drain.action_id
+
+
+def test_a_heartbeat_from_the_instant_of_the_withdrawal_proves_nothing() -> None:
+    memory, drain_id = _withdraw()
+    result = run(
+        plan(assign("x", "h2")),
+        fleet(host("h1", res("x", ResidencyState.DRAINING), seen=NOW), host("h2", res("x"))),
+        PROFS,
+        now=NOW + 5,
+        memory=memory,
+    )
+    assert [w.action_id for w in result.withdrawn_destructive] == [drain_id]
+
+
+def test_a_withdrawn_unload_needs_the_residency_gone_not_draining() -> None:
+    drain = pending_of(ActionKind.DRAIN, "h1", "x", delivered=True, cls=None)
+    unload = pending_of(ActionKind.UNLOAD, "h3", "x", delivered=True, cls=None)
+    first = run(
+        plan(assign("x", "h2")),
+        fleet(
+            host("h1", res("x")),
+            host("h2", res("x"), state=HostState.PAUSED),
+            host("h3", res("x", ResidencyState.DRAINING)),
+        ),
+        PROFS,
+        pending=[drain, unload],
+    )
+    assert {w.action_id for w in first.withdrawn_destructive} == {
+        drain.action_id,
+        unload.action_id,
+    }
+    later = run(
+        plan(assign("x", "h2")),
+        fleet(
+            host("h1", res("x", ResidencyState.DRAINING), seen=NOW + 30),
+            host("h2", res("x"), seen=NOW + 30),
+            host("h3", res("x", ResidencyState.DRAINING), seen=NOW + 30),
+        ),
+        PROFS,
+        now=NOW + 30,
+        memory=first.memory,
+    )
+    # the drain's postcondition (draining) is proven; the unload's (cached or gone) is not
+    assert [w.action_id for w in later.withdrawn_destructive] == [unload.action_id]
