@@ -99,6 +99,11 @@ class ControllerApp:
         self.verify_node = verify_node
         self.extra_routes = extra_routes or []
         self.render_metrics = metrics
+        # control heartbeats waiting for a tick: futures on the serving loop, no threads
+        self._waiters: list[tuple[int, asyncio.Future[bool]]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        controller.revision_listeners.append(self._revision_advanced)
+        self._status: tuple[tuple[object, ...], dict[str, Any]] | None = None
 
     def build(self) -> Starlette:
         routes = [
@@ -149,12 +154,47 @@ class ControllerApp:
         if isinstance(payload, dict) and payload.get("node_id") not in (None, host_id):
             raise WireError("node_id does not match the URL", "/node_id")
         check_engine_endpoints(payload, claims)
-        revision = self.ctl.heartbeat(host_id, payload)
+        if isinstance(payload, dict) and payload.get("acknowledgements"):
+            # receipts are durable store writes: off the event loop
+            revision = await asyncio.to_thread(self.ctl.heartbeat, host_id, payload)
+        else:
+            revision = self.ctl.heartbeat(host_id, payload)
         commands: list[dict[str, Any]] = []
         if payload.get("request_commands", True):
-            ticked = await asyncio.to_thread(self.ctl.wait_for_tick, revision, COMMAND_WAIT_SECONDS)
+            ticked = await self.ticked(revision, COMMAND_WAIT_SECONDS)
             commands = await asyncio.to_thread(self.ctl.commands_for, host_id, ticked=ticked)
         return JSONResponse(self._node_answer(self.ctl.heartbeat_response(host_id, commands)))
+
+    async def ticked(self, revision: int, timeout: float) -> bool:
+        """``Controller.wait_for_tick`` for the serving loop: a future per waiting poll,
+        released when the processed revision passes it, so no thread is parked."""
+        covered = self.ctl.tick_covered(revision)
+        if covered is not None:
+            return covered
+        self._loop = asyncio.get_running_loop()
+        waiter: tuple[int, asyncio.Future[bool]] = (revision, self._loop.create_future())
+        self._waiters.append(waiter)
+        try:
+            covered = self.ctl.tick_covered(revision)  # a tick may have ended meanwhile
+            if covered is not None:
+                return covered
+            return await asyncio.wait_for(asyncio.shield(waiter[1]), timeout)
+        except TimeoutError:
+            return False
+        finally:
+            self._waiters.remove(waiter)
+
+    def _revision_advanced(self) -> None:
+        """Called from the tick thread (or the loop) when the processed revision moved."""
+        loop = self._loop
+        if self._waiters and loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._release_waiters)
+
+    def _release_waiters(self) -> None:
+        for revision, future in list(self._waiters):
+            covered = self.ctl.tick_covered(revision)
+            if covered is not None and not future.done():
+                future.set_result(covered)
 
     def _node_answer(self, answer: dict[str, Any]) -> dict[str, Any]:
         if self.node_extras is not None:
@@ -162,7 +202,18 @@ class ControllerApp:
         return answer
 
     async def status(self, request: Request) -> Response:
-        document = await asyncio.to_thread(build_status, self.ctl)
+        """Built off the loop, once per status revision (a semantic input, a tick, an
+        event, a request, a second of the clock): a dashboard polling a large fleet
+        does not rebuild it per request."""
+        key = self.ctl.status_revision()
+        cached = self._status
+        if cached is None or cached[0] != key:
+            self._status = (key, await asyncio.to_thread(build_status, self.ctl))
+            return JSONResponse(self._status[1])
+        document = dict(cached[1])
+        bundle = document.get("portfolio_bundle")
+        if isinstance(bundle, dict):  # this answer solved nothing: the solve is reused
+            document["portfolio_bundle"] = {**bundle, "reused": True}
         return JSONResponse(document)
 
     async def snapshot(self, request: Request) -> Response:

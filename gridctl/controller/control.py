@@ -58,6 +58,7 @@ from gridctl.reconcile.records import RestartGrace
 log = logging.getLogger(__name__)
 MAX_HISTORY = 2000
 MAX_EVENTS = 500
+STATUS_SECONDS = 1.0  # the longest a cached status document is served
 APPLIED_PLAN_KEY = "applied_plan"  # store override: a saved plan applied in recommend mode
 CLOCK_STEP_TOLERANCE_SECONDS = 5.0  # smaller differences are ordinary skew between writers
 
@@ -144,6 +145,18 @@ class Controller:
         # "success_safety": the safety revision the last successful tick planned from
         self.revisions = {"dirty": 0, "processed": 0, "success": 0, "safety": 0}
         self.revisions["success_safety"] = -1
+        # the latest revision that changed something a tick reads; later revisions that
+        # changed nothing are covered by the tick that covered it (see ``note_input``)
+        self._semantic = 0
+        self.counts = {"ticks": 0, "events": 0}  # what status_revision follows
+        self._acked: set[str] = set()  # hosts whose next heartbeat is news to the reconciler
+        # an unchanged heartbeat is covered by a tick planned at most this long before it
+        # (the tick loop's period); older plans are re-made, as time moves their inputs
+        self.cover_seconds = 2.0
+        self._planned_at: float | None = None  # ``now`` of the last tick's inputs
+        # called (from any thread) whenever the processed revision advances
+        self.revision_listeners: list[Callable[[], None]] = []
+        self._mode: tuple[Mode, str | None] | None = None  # effective mode, refreshed by ticks
         self.last_plan: Plan | None = None
         self.last_portfolio: PortfolioResult | None = None
         self.last_correlation_sources: dict[str, tuple[str, ...]] = {}
@@ -184,15 +197,76 @@ class Controller:
         row.update(fields)
         with self._lock:
             self.events.append(row)
+            self.counts["events"] += 1
 
     def mark_dirty(self, *, safety: bool = False) -> int:
+        return self.note_input(semantic=True, safety=safety)
+
+    def note_input(self, *, semantic: bool, safety: bool = False) -> int:
+        """Advance the causal revision for one input and return it.
+
+        A ``semantic`` input (one that changes something a tick reads) dirties the plan
+        and wakes the tick loop; an input that changes nothing is covered at once by
+        the tick that covered the last semantic change, so a fleet of unchanged
+        heartbeats neither runs ticks back to back nor waits for one.
+        """
         with self._lock:
             self.revisions["dirty"] += 1
             if safety:
                 self.revisions["safety"] += 1
             revision = self.revisions["dirty"]
-        self.wake.set()
+            # after a failed tick every input asks for another one
+            semantic = semantic or safety or self._semantic > self.revisions["success"]
+            if semantic:
+                self._semantic = revision
+            else:
+                self._cover_unchanged()
+        if semantic:
+            self.wake.set()
+        else:
+            self._announce()
         return revision
+
+    def _cover_unchanged(self) -> None:
+        """Under the lock: revisions after the last semantic one are as processed (and as
+        successful) as it is."""
+        latest = self.revisions["dirty"]
+        if self._semantic <= self.revisions["processed"]:
+            self.revisions["processed"] = latest
+        if self._semantic <= self.revisions["success"]:
+            self.revisions["success"] = latest
+        self._tick_done.notify_all()
+
+    def _announce(self) -> None:
+        for listener in list(self.revision_listeners):
+            try:
+                listener()
+            except Exception:  # a listener must never break intake or the tick
+                log.exception("revision listener failed")
+
+    def status_revision(self) -> tuple[object, ...]:
+        """What the status document depends on: the last semantic input, the safety and
+        telemetry revisions, the last tick, the latest event, and the clock's second
+        (a status is never more than a second old)."""
+        with self._lock:
+            return (
+                int(self.clock() // STATUS_SECONDS),
+                self.demand.revision,
+                self._semantic,
+                self.revisions["safety"],
+                self.counts["ticks"],
+                self.counts["events"],
+                len(self.uncertain_markers),
+                self.delivery_safety_error,
+            )
+
+    def tick_covered(self, revision: int) -> bool | None:
+        """Without waiting: None while no tick has processed ``revision``, else whether a
+        successful one covered it (``wait_for_tick``'s answer)."""
+        with self._lock:
+            if self.revisions["processed"] < revision:
+                return None
+            return self.revisions["success"] >= revision
 
     def current_desired(self) -> DesiredState | None:
         return self.desired.current
@@ -284,10 +358,23 @@ class Controller:
             source=str(detail.get("source", "operator")) if isinstance(detail, dict) else "",
         )
 
+    def cached_mode(self) -> tuple[Mode, str | None]:
+        """``effective_mode()`` as of the last tick or mode change, with authority read now:
+        what a heartbeat answer says, without a store read on the event loop."""
+        cached = self._mode
+        if cached is None:
+            return self.effective_mode()
+        mode, refused = cached
+        if mode is Mode.AUTOMATIC and not self.holds_authority():
+            return Mode.RECOMMEND, "automatic refused: another controller holds authority"
+        return mode, refused
+
     def effective_mode(self, policy_mode: Mode | None = None) -> tuple[Mode, str | None]:
         """The mode in force (for git's ``policy_mode``, default the revision in force)
         and, when automatic was asked for but refused, why."""
         mode, refused = self.store.effective_mode(policy_mode or self.policy().mode)
+        if policy_mode is None:
+            self._mode = (mode, refused)
         if mode is Mode.AUTOMATIC and not self.holds_authority():
             if self.lease is not None and self.lease.last_error:
                 return Mode.RECOMMEND, f"automatic refused: {self._lost_reason()}"
@@ -328,9 +415,31 @@ class Controller:
         changed = before is None or (
             before.state != record.state or before.residencies != record.residencies
         )
-        for ack in payload.get("acknowledgements", []) or []:
+        acks = payload.get("acknowledgements", []) or []
+        for ack in acks:
             self._apply_ack(ack)
-        return self.mark_dirty(safety=changed)
+        planned_at = self._planned_at
+        stale = (
+            before is None
+            or now - before.last_heartbeat > self.policy().heartbeat_stale_seconds / 2
+            or planned_at is None
+            or abs(now - planned_at) > self.cover_seconds  # a clock step too
+        )
+        with self._lock:
+            # the heartbeat after an acknowledgement is the observation that confirms it
+            after_ack = host_id in self._acked
+            if acks:
+                self._acked.add(host_id)
+            else:
+                self._acked.discard(host_id)
+        semantic = (
+            changed
+            or bool(acks)
+            or after_ack
+            or stale
+            or self.registry.plans_differently(before, record, now)
+        )
+        return self.note_input(semantic=semantic, safety=changed)
 
     def _apply_ack(self, ack: dict[str, Any]) -> None:
         duration = ack.get("duration_seconds")
@@ -380,12 +489,14 @@ class Controller:
                 record = TickRecord(self.clock(), (time.monotonic() - started) * 1000, True)
             with self._lock:
                 self.last_tick = record
+                self.counts["ticks"] += 1
                 self.revisions["processed"] = max(self.revisions["processed"], dirty)
                 if record.ok:
                     self.revisions["success"] = max(self.revisions["success"], dirty)
                     self.revisions["success_safety"] = safety
                     self.last_success_ms = record.duration_ms
-                self._tick_done.notify_all()
+                self._cover_unchanged()
+            self._announce()
             for observer in list(self.tick_observers):
                 try:
                     observer(record)
@@ -480,11 +591,13 @@ class Controller:
         desired = self.desired.current
         if desired is None:
             raise RuntimeError("no valid desired state yet")
+        self.effective_mode()  # refreshes the mode heartbeat answers carry
         now = self.clock()
         if not self.is_follower():
             self._rebase_after_clock_step(now)
         inputs = self.gather(desired, now, preview=False)
         self._commit(inputs, compute_tick(inputs))
+        self._planned_at = inputs.now  # a failed tick covers nothing
 
     def _rebase_after_clock_step(self, now: float) -> None:
         """History recorded in the future means the wall clock stepped back (an NTP
@@ -833,7 +946,7 @@ class Controller:
         )
 
     def heartbeat_response(self, host_id: str, commands: list[dict[str, Any]]) -> dict[str, Any]:
-        mode, _ = self.effective_mode()
+        mode, _ = self.cached_mode()
         ttl = None
         if self.holds_authority() and self.authority.lease_expires_at is not None:
             ttl = max(0.0, self.authority.lease_expires_at - self.clock())

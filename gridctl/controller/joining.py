@@ -34,6 +34,7 @@ from gridctl.credentials import (
     NODE_TOKEN_HEADER,
     OPERATOR_CAPABILITY_FILE,
     CredentialError,
+    CredentialExpired,
     CredentialForbidden,
     credential_claims,
     ensure_operator_capability,
@@ -54,6 +55,8 @@ log = logging.getLogger(__name__)
 JOIN_BUNDLE_KIND = "gridctl/join-bundle-v1"
 DEFAULT_JOIN_TTL_SECONDS = 3600.0
 MAX_ADDRESSES = 8
+DIGEST_SECONDS = 1.0  # a CA rotation reaches heartbeat answers within this
+VERIFIED_MEMORY = 16384  # remembered verified credentials (a fleet's worth, twice over)
 
 
 class FleetIdentity:
@@ -86,6 +89,8 @@ class FleetIdentity:
         self._pinned_ca_pem = pinned_ca_pem  # a bring-your-own CA the controller serves with
         self._lock = threading.Lock()
         self._digest_of = ("", "")
+        self._digest_checked = 0.0
+        self._verified: dict[str, dict[str, object]] = {}  # token -> claims, signature checked
 
     # --- the operator capability (re-read when the file is rotated) -------------------
 
@@ -109,7 +114,25 @@ class FleetIdentity:
     # --- node credentials -------------------------------------------------------------
 
     def verify(self, token: str, host_id: str) -> dict[str, object]:
-        """Verified claims of a node credential presented for ``host_id`` (or raise)."""
+        """Verified claims of a node credential presented for ``host_id`` (or raise).
+
+        A signature once verified is remembered (by token text, bounded), so a fleet's
+        heartbeats skip the Ed25519 check; expiry, host binding and revocation are
+        checked on every call all the same.
+        """
+        claims = self._verified.get(token)
+        if claims is None or claims.get("kid") not in self._keys:
+            claims = self._verify_signature(token)
+        elif self.clock() >= float(claims["exp"]):  # type: ignore[arg-type]
+            raise CredentialExpired(f"node credential for {claims['host_id']} expired")
+        bound = str(claims["host_id"])
+        if bound != host_id:
+            raise CredentialForbidden(f"credential for host {bound} used for {host_id}")
+        if self.membership.credential_revoked(claims):
+            raise CredentialError(f"node credential for {bound} was revoked")
+        return claims
+
+    def _verify_signature(self, token: str) -> dict[str, object]:
         kid = token_key_id(token)
         key = self._keys.get(kid or "")
         if key is None:
@@ -118,11 +141,10 @@ class FleetIdentity:
         if key is None:
             raise CredentialError("node credential signed by another key")
         claims = credential_claims(token, key, now=self.clock())
-        bound = str(claims["host_id"])
-        if bound != host_id:
-            raise CredentialForbidden(f"credential for host {bound} used for {host_id}")
-        if self.membership.credential_revoked(claims):
-            raise CredentialError(f"node credential for {bound} was revoked")
+        with self._lock:
+            if len(self._verified) >= VERIFIED_MEMORY:
+                self._verified.clear()
+            self._verified[token] = claims
         return claims
 
     def issue(self, host_id: str, addresses: Sequence[str]) -> tuple[str, dict[str, object]]:
@@ -142,8 +164,14 @@ class FleetIdentity:
             bundle = self._pinned_ca_pem + bundle
         return bundle
 
-    def trust_bundle_digest(self) -> str:
-        """Cached by bundle text: nodes compare it on every heartbeat to notice a rotation."""
+    def trust_bundle_digest(self, *, fresh: bool = False) -> str:
+        """Nodes compare it on every heartbeat to notice a rotation: the bundle files are
+        read at most every ``DIGEST_SECONDS`` (always when ``fresh``), and the digest is
+        cached by bundle text."""
+        checked = time.monotonic()
+        if not fresh and self._digest_of[0] and checked - self._digest_checked < DIGEST_SECONDS:
+            return self._digest_of[1]
+        self._digest_checked = checked
         bundle = self.trust_bundle()
         if bundle != self._digest_of[0]:
             self._digest_of = (bundle, bundle_digest(bundle))

@@ -144,6 +144,33 @@ def _steady_ages(
     return tuple(steady)
 
 
+STEADY_AGE_SECONDS = 2.0  # reported ages jitter by the request's transit; less is no news
+
+
+def _steady_time(new: float | None, old: float | None) -> float | None:
+    if new is None or old is None or abs(new - old) > STEADY_AGE_SECONDS:
+        return new
+    return old
+
+
+def _steady_residencies(parsed: list[Residency], prior: HostRecord | None) -> tuple[Residency, ...]:
+    """Keep the prior controller-clock ``loaded_at``/``last_used_at`` of a residency whose
+    reported age moved by no more than transit jitter (as ``_steady_ages`` does for the
+    cache), so an unchanged host reads the same to the planner on every heartbeat."""
+    seen = {(r.model_id, r.state): r for r in prior.residencies} if prior else {}
+    steady = []
+    for residency in parsed:
+        old = seen.get((residency.model_id, residency.state))
+        if old is not None:
+            residency = replace(
+                residency,
+                loaded_at=_steady_time(residency.loaded_at, old.loaded_at),
+                last_used_at=_steady_time(residency.last_used_at, old.last_used_at),
+            )
+        steady.append(residency)
+    return tuple(sorted(steady, key=lambda r: (r.model_id, r.state.value)))
+
+
 def _prior_mirror(prior: HostRecord | None) -> str | None:
     return prior.artifact_mirror if prior is not None else None
 
@@ -297,7 +324,7 @@ class Registry:
                     reasons.append(f"malformed residency row {index}")
                     continue
                 parsed.append(residency)
-            residencies = tuple(sorted(parsed, key=lambda r: (r.model_id, r.state.value)))
+            residencies = _steady_residencies(parsed, prior)
             cached = _steady_ages(
                 resolving.cached_from_list(envelope.get("cached_models"), now), prior
             )
@@ -506,6 +533,21 @@ class Registry:
             ]
         holders.sort(key=lambda r: (-r.last_heartbeat, r.host_id))
         return [r.artifact_mirror for r in holders if r.artifact_mirror is not None]
+
+    def plans_differently(self, before: HostRecord | None, after: HostRecord, now: float) -> bool:
+        """Whether ``after`` changes anything a tick reads of this host at ``now``: its
+        planning snapshot (heartbeat time aside), queued work, load and router weight."""
+        if before is None or before.role != after.role:
+            return True
+        loads = (before.queued, before.queue_depth, before.active_tasks)
+        if loads != (after.queued, after.queue_depth, after.active_tasks):
+            return True
+        if before.concurrency_multiplier != after.concurrency_multiplier:
+            return True
+        with self._lock:
+            old = replace(self._host_snapshot(before, now), last_heartbeat=None)
+            new = replace(self._host_snapshot(after, now), last_heartbeat=None)
+        return old != new
 
     def host_snapshot(self, host_id: str, now: float) -> HostSnapshot | None:
         """One host as the planner would see it now (None if unknown)."""

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import secrets
 import ssl
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -31,7 +32,7 @@ from gridctl.controller.joining import FleetIdentity
 from gridctl.controller.reading import SourceOptions, make_reader
 from gridctl.controller.registry import Registry
 from gridctl.controller.routerkeys import guard_router_route, serving_names
-from gridctl.controller.statusdoc import build_status
+from gridctl.controller.statusdoc import model_rows
 from gridctl.controller.stores import DEFAULT_LEASE_SECONDS
 from gridctl.controller.stores.opening import open_lease, open_store
 
@@ -57,6 +58,7 @@ log = logging.getLogger(__name__)
 
 OPERATOR_CLIENT = "operator"  # the client id of /v1 requests made with the operator capability
 KEEP_ALIVE_SECONDS = 30  # above the node's 5 s heartbeat, so reuse never races a close
+SWITCH_INTERVAL_SECONDS = 0.001  # CPython's default is 5 ms
 
 
 @dataclass
@@ -154,19 +156,21 @@ class ControllerService:
             lease=self.lease,
             warnings=list(options.extra_warnings),
         )
+        self.controller.cover_seconds = options.tick_interval
         self.tap = TelemetryTap()
         self.tap.add(self.controller.demand.observe)
         self.tap.add(self._demand_arrived)
         self.metrics = ControllerMetrics(self.controller, known_model=self._configured)
         self.tap.add(self.metrics.observe_request)
         self.controller.tick_observers.append(self.metrics.observe_tick)
+        self.controller.tick_observers.append(self._refresh_reasons)
         self._stop = threading.Event()
         self._tick_thread: threading.Thread | None = None
         self._renew_thread: threading.Thread | None = None
         self._tls_digest: str | None = None
         self._engine_context: ssl.SSLContext | None = None
         self._server_config: uvicorn.Config | None = None
-        self._reasons: tuple[tuple[int, int], dict[str, str]] | None = None
+        self._reasons: dict[str, str] | None = None  # model -> why it has no ready replica
 
     def _api_desired(self, clock: Callable[[], float]) -> ApiDesired:
         """Profiles managed over the API, restored from the store after a restart."""
@@ -256,22 +260,20 @@ class ControllerService:
         return profile.endpoints if profile else None
 
     def _unavailable_reason(self, model: str) -> str:
-        """Why ``model`` has no ready replica, from a per-model table built once per tick:
-        a burst of 503s must not rebuild the status document (and its portfolio) each."""
-        controller = self.controller
-        key = (controller.revisions["processed"], id(controller.last_tick))
-        cached = self._reasons
-        if cached is None or cached[0] != key:
-            table = {
-                str(row["model_id"]): f"{row['health']}: {row['reason']}"
-                for row in self._model_rows()
-            }
-            cached = self._reasons = (key, table)
-        return cached[1].get(model, "not configured")
+        """Why ``model`` has no ready replica, from the per-model table the tick thread
+        builds after each tick: a burst of 503s reads it and builds nothing on the loop."""
+        table = self._reasons
+        if table is None:
+            return "Unknown: no plan yet"
+        return table.get(model, "not configured")
+
+    def _refresh_reasons(self, _record: object) -> None:
+        self._reasons = {
+            str(row["model_id"]): f"{row['health']}: {row['reason']}" for row in self._model_rows()
+        }
 
     def _model_rows(self) -> list[dict[str, object]]:
-        rows: list[dict[str, object]] = build_status(self.controller)["models"]
-        return rows
+        return model_rows(self.controller)
 
     # -- loops ---------------------------------------------------------------------
 
@@ -365,7 +367,7 @@ class ControllerService:
         """
         if self.identity is None:
             return False
-        digest = self.identity.trust_bundle_digest()
+        digest = self.identity.trust_bundle_digest(fresh=True)
         if digest == self._tls_digest:
             return False
         first = self._tls_digest is None
@@ -461,6 +463,9 @@ class ControllerService:
         return app
 
     def run(self) -> None:
+        # the tick thread holds the interpreter lock for whole planning passes; a short
+        # switch interval hands it back to the serving loop soon after each socket read
+        sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
         ssl_files: dict[str, Any] = {}
         if self.tls_enabled:
             cert, key = self.serving_certificate()

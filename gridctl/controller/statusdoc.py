@@ -189,6 +189,12 @@ def _models(ctl: Controller, now: float, mode: Mode) -> list[dict[str, Any]]:
     return rows
 
 
+def model_rows(ctl: Controller) -> list[dict[str, Any]]:
+    """The status document's per-model rows alone (no portfolio solve)."""
+    mode, _ = ctl.effective_mode()
+    return _models(ctl, ctl.clock(), mode)
+
+
 NO_TEMPLATE_WARNING = (
     "the GGUF carries no chat template and the profile names none: llama-server falls back "
     "to ChatML; set spec.chat_template"

@@ -52,6 +52,9 @@ log = logging.getLogger("gridctl.node")
 
 AGENT_STATUS_META = "agent_status"
 MIRROR_TIMEOUT_SECONDS = 5.0  # a controller that does not answer must not stall the cycle
+# what a connection closed or reset under a request looks like (no timeouts: a slow
+# controller is not asked twice)
+CONNECTION_RESETS = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 
 
 def require_safe_controller_url(url: str) -> None:
@@ -174,16 +177,26 @@ class NodeAgent:
         self, method: str, path: str, body: dict[str, object], *, to: str | None = None
     ) -> httpx.Response:
         short = self.controllers.several and not body.get("request_commands")
-        try:
-            return self._client.request(
-                method,
-                f"{to or self.base_url}{path}",
-                json=body,
-                headers={NODE_TOKEN_HEADER: self._token()},
-                timeout=MIRROR_TIMEOUT_SECONDS if short else httpx.USE_CLIENT_DEFAULT,
-            )
-        except httpx.HTTPError as exc:
-            raise TransientError(f"controller unreachable: {type(exc).__name__}", 2.0) from exc
+        # a lease heartbeat is idempotent (receipts may arrive twice): when a reused
+        # keep-alive connection turns out closed under it, it is sent once more at once
+        tries = 2 if path.endswith("/heartbeat") and body.get("request_commands") is False else 1
+        for attempt in range(1, tries + 1):
+            try:
+                return self._client.request(
+                    method,
+                    f"{to or self.base_url}{path}",
+                    json=body,
+                    headers={NODE_TOKEN_HEADER: self._token()},
+                    timeout=MIRROR_TIMEOUT_SECONDS if short else httpx.USE_CLIENT_DEFAULT,
+                )
+            except CONNECTION_RESETS as exc:
+                if attempt < tries:
+                    log.info("controller closed the connection (%s); sending again", exc)
+                    continue
+                raise TransientError(f"controller unreachable: {type(exc).__name__}", 2.0) from exc
+            except httpx.HTTPError as exc:
+                raise TransientError(f"controller unreachable: {type(exc).__name__}", 2.0) from exc
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     @staticmethod
     def _refused(response: httpx.Response) -> str:

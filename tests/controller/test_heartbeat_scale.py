@@ -1,0 +1,207 @@
+"""What keeps one controller serving a large fleet: unchanged heartbeats do not dirty
+the plan, control polls wait without threads, status and 503 reasons are built once
+per revision, and a credential's signature is checked once (the real app, in process)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+import gridctl.controller.app as app_module
+import gridctl.controller.joining as joining_module
+from gridctl.controller.serving import ControllerService, ServiceOptions
+from tests.controller.simnodes import GEMMA_SHA, Clock, SimNode, SimResidency, engine_handler
+from tests.controller.test_http_flow import POLICY, profile
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def quiet(tmp_path: Path) -> Iterator[tuple[ControllerService, httpx.AsyncClient, Clock]]:
+    """The real service and app with no tick thread: the test decides when ticks run."""
+    watch = tmp_path / "policies"
+    watch.mkdir()
+    (watch / "gemma.yaml").write_text(profile("gemma"))
+    (watch / "policy.yaml").write_text(POLICY)
+    clock = Clock()
+    service = ControllerService(
+        ServiceOptions(
+            state_dir=tmp_path / "state",
+            watch_dir=watch,
+            clock=clock,
+            upstream_transport=httpx.MockTransport(engine_handler),
+        )
+    )
+    client = httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=service.build_app()), base_url="http://ctl"
+    )
+    yield service, client, clock
+
+
+def node(service: ControllerService, client: httpx.AsyncClient, clock: Clock, i: int) -> SimNode:
+    return SimNode.for_controller(
+        service.options.state_dir, f"local-{i}", client, clock, failure_domain=f"zone-{i}"
+    )
+
+
+async def test_an_unchanged_heartbeat_is_covered_by_the_last_tick_without_another(
+    quiet: Any,
+) -> None:
+    service, client, clock = quiet
+    ctl = service.controller
+    async with client:
+        host = node(service, client, clock, 1)
+        await host.register()
+        await host.heartbeat(request_commands=False)
+        ctl.tick()
+        ticks = ctl.counts["ticks"]
+        ctl.wake.clear()
+        before = dict(ctl.revisions)
+        answer = await host.heartbeat(request_commands=True)  # polls: answered at once
+        assert [c["kind"] for c in answer["allocator"]["commands"]] == ["load"]
+        assert ctl.revisions["dirty"] == before["dirty"] + 1  # the causal revision moved
+        assert ctl.revisions["processed"] == ctl.revisions["success"] == ctl.revisions["dirty"]
+        assert ctl.revisions["safety"] == before["safety"]
+        assert not ctl.wake.is_set() and ctl.counts["ticks"] == ticks
+        # a heartbeat that changes what the planner reads dirties it and wakes the loop
+        assert host.cached == {"gemma": GEMMA_SHA}  # the load ran
+        host.acks = []  # (and its receipt is not what makes this heartbeat news)
+        await host.heartbeat(request_commands=False)
+        assert ctl.wake.is_set()
+        assert ctl.revisions["processed"] < ctl.revisions["dirty"]
+
+
+async def test_an_old_plan_does_not_cover_a_heartbeat(quiet: Any) -> None:
+    service, client, clock = quiet
+    ctl = service.controller
+    async with client:
+        host = node(service, client, clock, 1)
+        await host.register()
+        ctl.tick()
+        ctl.wake.clear()
+        clock.now += service.options.tick_interval + 0.5  # time moved the plan's inputs
+        await host.heartbeat(request_commands=False)
+        assert ctl.wake.is_set()
+        assert ctl.revisions["processed"] < ctl.revisions["dirty"]
+
+
+async def test_reported_ages_jitter_without_changing_the_planning_snapshot(quiet: Any) -> None:
+    service, client, clock = quiet
+    async with client:
+        host = node(service, client, clock, 1)
+        host.residencies["gemma"] = SimResidency("gemma", 640, "ready", GEMMA_SHA, clock() - 60)
+        await host.register()
+        first = service.registry.host("local-1")
+        assert first is not None
+        host.residencies["gemma"].loaded_at -= 0.4  # the age arrives 0.4 s older
+        await host.heartbeat(request_commands=False)
+        second = service.registry.host("local-1")
+        assert second is not None and second.residencies == first.residencies
+        assert not service.registry.plans_differently(first, second, clock())
+        host.residencies["gemma"].loaded_at -= 600  # a real restart of the engine
+        await host.heartbeat(request_commands=False)
+        third = service.registry.host("local-1")
+        assert third is not None and third.residencies != first.residencies
+
+
+def threads_waiting_for_a_tick() -> int:
+    return sum(
+        1
+        for frame in sys._current_frames().values()
+        if any(f.f_code.co_name == "wait_for_tick" for f in iter_stack(frame))
+    )
+
+
+def iter_stack(frame: Any) -> Iterator[Any]:
+    while frame is not None:
+        yield frame
+        frame = frame.f_back
+
+
+async def test_waiting_control_polls_hold_no_thread(quiet: Any) -> None:
+    service, client, clock = quiet
+    ctl = service.controller
+    async with client:
+        hosts = [node(service, client, clock, i) for i in range(1, 41)]
+        for host in hosts:
+            await host.register()
+        with ctl._tick_lock:  # no tick can finish: every poll waits
+            polls = [asyncio.create_task(h.heartbeat(request_commands=True)) for h in hosts]
+            for _ in range(200):
+                await asyncio.sleep(0.01)
+                if len(service_waiters(service)) == len(hosts):
+                    break
+            assert len(service_waiters(service)) == len(hosts)
+            assert threads_waiting_for_a_tick() == 0
+            assert not any(p.done() for p in polls)
+        await asyncio.to_thread(ctl.tick)
+        answers = await asyncio.wait_for(asyncio.gather(*polls), 30)
+    assert all("allocator" in a for a in answers)
+    assert service_waiters(service) == []
+
+
+def service_waiters(service: ControllerService) -> list[Any]:
+    (listener,) = service.controller.revision_listeners
+    waiters: list[Any] = listener.__self__._waiters  # type: ignore[attr-defined]
+    return waiters
+
+
+async def test_status_is_built_once_per_revision(
+    quiet: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service, client, clock = quiet
+    built: list[int] = []
+    real = app_module.build_status
+
+    def counted(ctl: Any) -> dict[str, Any]:
+        built.append(1)
+        return real(ctl)
+
+    monkeypatch.setattr(app_module, "build_status", counted)
+    async with client:
+        host = node(service, client, clock, 1)
+        await host.register()
+        service.controller.tick()
+        first = (await client.get("/allocator/status")).json()
+        await host.heartbeat(request_commands=False)  # unchanged: the same revision
+        assert (await client.get("/allocator/status")).json() == first
+        assert len(built) == 1
+        host.cached["gemma"] = GEMMA_SHA
+        await host.heartbeat(request_commands=False)  # a new planning input
+        second = (await client.get("/allocator/status")).json()
+        assert len(built) == 2
+        assert second["hosts"][0]["cached_models"] == ["gemma"]
+
+
+async def test_a_credential_signature_is_verified_once_expiry_still_every_time(
+    quiet: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service, client, clock = quiet
+    checked: list[int] = []
+    real = joining_module.credential_claims
+
+    def counted(*args: Any, **kw: Any) -> dict[str, object]:
+        checked.append(1)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(joining_module, "credential_claims", counted)
+    async with client:
+        host = node(service, client, clock, 1)
+        await host.register()
+        for _ in range(5):
+            await host.heartbeat(request_commands=False)
+        assert len(checked) == 1
+        clock.now += 400 * 24 * 3600  # past any credential's lifetime
+        expired = await client.post(
+            "/nodes/local-1/heartbeat",
+            json={"node_id": "local-1", "request_commands": False},
+            headers=host.headers,
+        )
+        assert expired.status_code == 401
+        assert "expired" in expired.json()["error"]["message"]
