@@ -27,7 +27,7 @@ from gridctl.node.actuator import PortRange
 from gridctl.node.daemon import NodeConfig, NodeParts, build_node
 from gridctl.transport import base_url
 from tests.controller.tlsserver import free_port
-from tests.node.fake_controller import wait_until
+from tests.node.controller_harness import wait_until
 
 HOST = "host-a"
 
