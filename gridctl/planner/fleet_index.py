@@ -16,7 +16,10 @@ from gridctl.domain import ControllerPolicy, FleetSnapshot, ModelProfile
 from gridctl.planner.eligibility import StaticEligibility
 from gridctl.planner.host_views import SATISFYING_STATES, HostView, LiveResidency, build_host_view
 from gridctl.planner.runtimes import residency_runtime_matches
-from gridctl.planner.scoring import FleetNorms
+from gridctl.planner.scoring import Components, FleetNorms
+
+# (static parts, their rounded total), and their unrounded sum
+StaticScore = tuple[tuple[Components, float], float]
 
 
 class FleetIndex:
@@ -83,6 +86,10 @@ class FleetIndex:
         # memos of pure functions of (model, host shape)
         self.new_runtime: dict[tuple[str, int], tuple[str, int] | None] = {}
         self.footprint: dict[tuple[str, int], int | None] = {}
+        # static score parts by everything they read (``Workspace._static_score``'s key:
+        # the model's score signature, the host's score shape, the pair's own facts and the
+        # scarcity need), so plans of other demand reuse them
+        self.static_by_shape: dict[tuple[object, ...], StaticScore] = {}
 
 
 class SharedIndexes:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import heapq
 from bisect import insort
 
+from gridctl.planner.fleet_index import StaticScore
 from gridctl.planner.rejections import Rejection, RejectionCode
 from gridctl.planner.scoring import DYNAMIC_MAX, score_with_dynamic
 from gridctl.planner.selection import (
@@ -36,7 +37,7 @@ from gridctl.planner.selection import (
     book_rejection,
     visit,
 )
-from gridctl.planner.workspace import StaticScore, Workspace
+from gridctl.planner.workspace import Workspace
 
 Signature = tuple[object, ...]
 

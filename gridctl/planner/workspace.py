@@ -27,7 +27,7 @@ from gridctl.domain import (
     UnsatisfiedCode,
 )
 from gridctl.planner.explaining import ExplanationBook
-from gridctl.planner.fleet_index import SharedIndexes, fleet_index
+from gridctl.planner.fleet_index import SharedIndexes, StaticScore, fleet_index
 from gridctl.planner.host_views import LiveResidency
 from gridctl.planner.ledgers import HostLedger
 from gridctl.planner.rejections import RejectionCode
@@ -37,9 +37,6 @@ from gridctl.planner.targets import ReplicaTarget
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from gridctl.planner.host_classes import HostClasses
-
-# (static parts, their rounded total), and their unrounded sum
-StaticScore = tuple[tuple[Components, float], float]
 
 
 @dataclass(slots=True)
@@ -105,7 +102,7 @@ class Workspace:
         self.repack_searches = 0  # replacement searches spent on starting proactive repacks
         self.shortfalls: dict[tuple[str, UnsatisfiedCode], Shortfall] = {}
         self._static: dict[str, dict[str, StaticScore]] = {m: {} for m in self.model_ids}
-        self._static_by_shape: dict[tuple[object, ...], StaticScore] = {}
+        self._static_by_shape = fleet.static_by_shape
         self._score_signature: dict[str, tuple[float, float, float]] = {}
         self._new_runtime = fleet.new_runtime
         self._ordered: dict[str, tuple[str, ...]] = {}
