@@ -614,6 +614,45 @@ def run_size(
     return windows
 
 
+def handling_cost(root: Path, hosts: int = 200, rounds: int = 10) -> float:
+    """CPU per lease heartbeat of the controller's own handling, in this process: the
+    credential check, JSON parse, endpoint check, registry and controller intake, the
+    answer and its encoding (no HTTP framework, no tick running)."""
+    from gridctl.bodies import parse_json
+    from gridctl.controller.endpoints import check_engine_endpoints
+    from gridctl.controller.serving import ControllerService, ServiceOptions
+
+    watch = root / "cost-desired"
+    write_desired(watch)
+    service = ControllerService(ServiceOptions(state_dir=root / "cost-state", watch_dir=watch))
+    service.build_app()
+    ctl = service.controller
+    creds = credentials(root / "cost-state", hosts, 0)
+    sims = [SimHost(c["host_id"], c["token"], "http://127.0.0.1:1/e", c["index"]) for c in creds]
+    for sim in sims[: hosts // 2]:  # half the fleet serves a model
+        sim.cached["model-0"] = SHA
+        sim.ready["model-0"] = time.time() - 60
+    for sim in sims:
+        ctl.register(sim.host_id, json.loads(sim.registration()))
+    ctl.tick()
+    bodies = [
+        [sim.heartbeat(request_commands=False, receipts=[]) for sim in sims] for _ in range(rounds)
+    ]
+    started = time.process_time()
+    for batch in bodies:
+        for sim, body in zip(sims, batch, strict=True):
+            claims = service.verify_node(sim.token, sim.host_id)
+            payload = parse_json(body)
+            check_engine_endpoints(payload, claims)
+            ctl.heartbeat(sim.host_id, payload)
+            answer = ctl.heartbeat_response(sim.host_id, [])
+            answer.update(service._node_extras())
+            json.dumps(answer)
+    per = (time.process_time() - started) / (hosts * rounds)
+    service.store.close()
+    return per * 1000
+
+
 def ms(value: float) -> str:
     return f"{value:.0f} ms" if value >= 10 else f"{value:.1f} ms"
 
@@ -641,8 +680,10 @@ def report(
                 f"          {kind:<7} p50 {ms(percentile(values, 50)):>8}  "
                 f"p99 {ms(percentile(values, 99)):>8}  max {ms(max(values, default=0)):>8}"
             )
+        per = w.ctl_cpu * args.duration / w.served * 1000 if w.served else float("nan")
         print(
-            f"          controller CPU {w.ctl_cpu * 100:.0f}% of a core, generators "
+            f"          controller CPU {w.ctl_cpu * 100:.0f}% of a core ({per:.2f} ms per "
+            f"served heartbeat, ticks and probes included), generators "
             f"{w.gen_cpu * 100:.0f}%, load average {w.load[0]:.2f} {w.load[1]:.2f} {w.load[2]:.2f}"
         )
     if burst:
@@ -672,6 +713,9 @@ def main() -> int:
     parser.add_argument("--burst", type=int, default=50, help="requests per burst (50; 0: none)")
     parser.add_argument("--processes", type=int, default=0, help="generator processes (auto)")
     parser.add_argument("--keep", action="store_true", help="keep the run directory")
+    parser.add_argument(
+        "--cost-only", action="store_true", help="only the in-process per-heartbeat CPU"
+    )
     parser.add_argument("--generator", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--engine", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -680,12 +724,18 @@ def main() -> int:
     if args.engine is not None:
         return run_engine(args.engine)
     sizes = [int(s) for s in args.hosts.split(",") if s.strip()]
+    if args.cost_only:
+        root = Path(tempfile.mkdtemp(prefix="gridctl-bench-"))
+        print(f"heartbeat handling CPU in process: {handling_cost(root):.3f} ms (target < 0.5)")
+        return 0
     if not sizes or any(not 1 <= s <= 5000 for s in sizes):
         parser.error("--hosts must list sizes between 1 and 5000")
     if args.duration < INTERVAL or args.warmup < INTERVAL:
         parser.error(f"--duration and --warmup must be at least {INTERVAL:g} s")
     root = Path(tempfile.mkdtemp(prefix="gridctl-bench-"))
     print(f"cores {os.cpu_count()}, load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    cost = handling_cost(root)
+    print(f"heartbeat handling CPU in process: {cost:.3f} ms per lease heartbeat (target < 0.5)")
     engine_port = free_port()
     engine = spawn([sys.executable, __file__, "--engine", str(engine_port)], root / "engine.log")
     ctl: Controller | None = None

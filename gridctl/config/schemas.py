@@ -82,7 +82,68 @@ def load_schema(relative: str) -> dict[str, Any]:
 
 @cache
 def validator(relative: str) -> Draft202012Validator:
-    return Draft202012Validator(load_schema(relative), registry=_registry())
+    schema = load_schema(relative)
+    return Draft202012Validator(inlined(schema) or schema, registry=_registry())
+
+
+_ONE = (
+    "items",
+    "additionalProperties",
+    "not",
+    "if",
+    "then",
+    "else",
+    "contains",
+    "propertyNames",
+)
+_MANY = ("allOf", "anyOf", "oneOf", "prefixItems")
+_NAMED = ("properties", "patternProperties", "dependentSchemas")
+_MAX_REF_DEPTH = 16
+
+
+def inlined(schema: dict[str, Any]) -> dict[str, Any] | None:
+    """``schema`` with every ``$ref`` replaced by the schema it names (as an ``allOf``
+    member, which is what a ``$ref`` beside other keywords means), so a validation
+    follows no reference at all; None when that cannot be done faithfully (a cycle, a
+    reference outside the schema keywords, or keywords whose annotations depend on
+    how subschemas are reached), and the schema is then validated as written."""
+    try:
+        result: dict[str, Any] = _inline(schema, str(schema["$id"]), 0)
+    except _NotInlinable:
+        return None
+    text = json.dumps(result)
+    if '"$ref"' in text or '"unevaluatedProperties"' in text or '"unevaluatedItems"' in text:
+        return None
+    return result
+
+
+class _NotInlinable(Exception):
+    pass
+
+
+def _inline(node: Any, base_uri: str, depth: int) -> Any:
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in ("$ref", "$defs", "definitions", "$id", "$schema"):
+            continue
+        if key in _ONE and isinstance(value, dict):
+            out[key] = _inline(value, base_uri, depth)
+        elif key in _MANY and isinstance(value, list):
+            out[key] = [_inline(v, base_uri, depth) for v in value]
+        elif key in _NAMED and isinstance(value, dict):
+            out[key] = {name: _inline(v, base_uri, depth) for name, v in value.items()}
+        else:
+            out[key] = value
+    ref = node.get("$ref")
+    if ref is not None:
+        if depth >= _MAX_REF_DEPTH or not isinstance(ref, str):
+            raise _NotInlinable(ref)
+        resolved = _registry().resolver(base_uri=base_uri).lookup(ref)
+        target = _inline(resolved.contents, resolved.resolver._base_uri, depth + 1)
+        out["allOf"] = [*out.get("allOf", []), target]
+    return out
 
 
 def resolve(schema: dict[str, Any], base_uri: str) -> tuple[dict[str, Any], str]:

@@ -106,6 +106,7 @@ class HostRecord:
     artifacts: tuple[dict[str, Any], ...] = ()  # cached entries as reported (gguf, provenance)
     artifact_bytes_fetched: int = 0  # the node's network bytes received (a counter)
     network: dict[str, Any] = field(default_factory=dict)  # advertised address and family
+    raw_resources: Any = None  # the resources as last reported, before defaults
 
 
 def _artifact_rows(envelope: Any) -> tuple[dict[str, Any], ...]:
@@ -295,9 +296,12 @@ class Registry:
         *,
         registering: bool,
     ) -> HostRecord:
-        if payload.get("resources") is not None:
+        raw_resources = payload.get("resources")
+        if raw_resources is not None and prior is not None and raw_resources == prior.raw_resources:
+            resources = prior.resources  # the same report: its defaults are filled already
+        elif raw_resources is not None:
             resources = resolving.resources_from_mapping(
-                fill_defaults(payload["resources"], "defs/host-resources.schema.json")
+                fill_defaults(raw_resources, "defs/host-resources.schema.json")
             )
         elif prior is not None:
             resources = prior.resources
@@ -369,6 +373,9 @@ class Registry:
             if envelope is not None
             else (prior.artifacts if prior else ()),
             artifact_bytes_fetched=_bytes_fetched(envelope, prior),
+            raw_resources=raw_resources
+            if raw_resources is not None
+            else (prior.raw_resources if prior else None),
         )
 
     def _routes(
