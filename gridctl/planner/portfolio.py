@@ -26,7 +26,12 @@ from gridctl.planner.canonical import InputTexts
 from gridctl.planner.fleet_index import SharedIndexes
 from gridctl.planner.planning import plan_placement
 from gridctl.planner.portfolio_admission import admission_rows
-from gridctl.planner.portfolio_scan import FeasibilityScan, gate, spare_capacity_proof
+from gridctl.planner.portfolio_scan import (
+    FeasibilityScan,
+    gate,
+    spare_capacity_proof,
+    with_demand,
+)
 from gridctl.planner.portfolio_search import (
     SearchState,
     breadth_of,
@@ -35,6 +40,7 @@ from gridctl.planner.portfolio_search import (
     preemption_only_models,
     rank_candidates,
     search,
+    unplaced_predictions,
 )
 from gridctl.planner.portfolio_types import (
     AdmissionRow,
@@ -119,6 +125,11 @@ def plan_portfolio(inputs: PortfolioInputs) -> PortfolioResult:
         if evaluation.valid:
             _, plan, final_demand = state.seen[final]
             mapping = dict(final)
+    predictions = unplaced_predictions(every, mapping, demand)
+    if predictions:  # disk-only: the plan above never saw them
+        final_demand = with_demand(
+            replace(inputs.snapshot, demand=final_demand), predictions
+        ).demand
     chosen = tuple(mapping.items())
     selected = tuple(sorted({m for m in mapping.values() if m is not None}))
     exploring = sorted(exploring_models(state, chosen))

@@ -435,3 +435,35 @@ def search(state: SearchState, workloads: Sequence[str]) -> Evaluation | None:
             if refined is not None and better(refined, best):
                 best = refined
     return best
+
+
+def unplaced_predictions(
+    every: Mapping[str, Sequence[CandidateRow]],
+    mapping: Mapping[str, str | None],
+    demand: Mapping[str, WorkloadDemand],
+) -> tuple[ModelDemand, ...]:
+    """Admitted workloads the joint search found no serving slot for, as predictions.
+
+    Each names the workload's best statically eligible model as correlation-only
+    demand, confidence-weighted like every prediction. The plan is already made,
+    so a row never takes a slot: it is what the predictive cache reads to stage a
+    cache-only copy on disk for when a slot opens (and what lets that copy expire
+    once the prediction is gone)."""
+    rows: list[ModelDemand] = []
+    for workload, model_id in sorted(mapping.items()):
+        if model_id is not None:
+            continue
+        eligible = [r for r in every.get(workload, ()) if r.eligible_hosts and r.suitability > 0]
+        if not eligible:
+            continue
+        best = min(eligible, key=lambda r: (-r.exploitation_utility, r.model_id))
+        d = demand[workload]
+        rate = max(d.requests_per_minute, d.anticipated_requests_per_minute, 1e-6)
+        rows.append(
+            ModelDemand(
+                best.model_id,
+                correlated_requests_per_minute=rate,
+                confidence=prediction_confidence(d),
+            )
+        )
+    return tuple(rows)

@@ -284,6 +284,7 @@ class ApiFleet(Fleet):
 
     node_processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     controller_args: list[str] = field(default_factory=list)  # e.g. --repo URL, --watch DIR
+    capacity_mb: int | None = None  # per node; default: an equal share of this machine
 
     def start(self, machines: int = 2, command: list[str] | None = None) -> None:
         from gridctl.credentials import (
@@ -315,7 +316,7 @@ class ApiFleet(Fleet):
         )
         wait_healthy(self.url)
         key = load_or_create_signing_key(controller_dir)
-        capacity = partition_capacity(machines)
+        capacity = self.capacity_mb or partition_capacity(machines)
         for i in range(1, machines + 1):
             host_id = f"local-{i}"
             node_dir = self.state_dir / host_id
