@@ -162,7 +162,8 @@ class ControllerApp:
         commands: list[dict[str, Any]] = []
         if payload.get("request_commands", True):
             ticked = await self.ticked(revision, COMMAND_WAIT_SECONDS)
-            commands = await asyncio.to_thread(self.ctl.commands_for, host_id, ticked=ticked)
+            if ticked and self.ctl.may_have_commands(host_id):  # else nothing to read
+                commands = await asyncio.to_thread(self.ctl.commands_for, host_id, ticked=ticked)
         return JSONResponse(self._node_answer(self.ctl.heartbeat_response(host_id, commands)))
 
     async def ticked(self, revision: int, timeout: float) -> bool:

@@ -178,6 +178,9 @@ class Controller:
         )
         # the latest time this controller has seen or recorded (None: read from the store)
         self._clock_high: float | None = None
+        # hosts with pending actions (a superset between ticks: acks only remove some), so
+        # a poll of any other host is answered without reading the store
+        self._pending_hosts = frozenset(p.action.host_id for p in store.pending())
         # outcome evidence survives a restart; the tick persists what changed
         self._persisted_evidence = store.evidence()
         self.demand.restore_evidence(self._persisted_evidence)
@@ -642,6 +645,7 @@ class Controller:
             replace(result.memory, grace=None),
             plan_generation=generation,
         )
+        self._pending_hosts = frozenset(p.action.host_id for p in self.store.pending())
         if (
             inputs.approved
             and not (
@@ -767,6 +771,11 @@ class Controller:
             return self.revisions["success_safety"] == self.revisions["safety"]
 
     # -- delivery ------------------------------------------------------------------
+
+    def may_have_commands(self, host_id: str) -> bool:
+        """False only when no action is pending for ``host_id`` (as of the last tick, which
+        is the only thing that enqueues): its poll then has nothing to deliver."""
+        return host_id in self._pending_hosts
 
     def commands_for(self, host_id: str, *, ticked: bool = True) -> list[dict[str, Any]]:
         """Executable commands for ``host_id``, durably marked delivered before returning.

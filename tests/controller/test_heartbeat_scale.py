@@ -205,3 +205,31 @@ async def test_a_credential_signature_is_verified_once_expiry_still_every_time(
         )
         assert expired.status_code == 401
         assert "expired" in expired.json()["error"]["message"]
+
+
+async def test_a_poll_of_a_host_with_nothing_pending_reads_no_store(
+    quiet: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service, client, clock = quiet
+    ctl = service.controller
+    read: list[str] = []
+    real = ctl.commands_for
+
+    def counted(host_id: str, *, ticked: bool = True) -> list[dict[str, Any]]:
+        read.append(host_id)
+        return real(host_id, ticked=ticked)
+
+    monkeypatch.setattr(ctl, "commands_for", counted)
+    async with client:
+        hosts = [node(service, client, clock, i) for i in (1, 2)]
+        hosts[0].cached["gemma"] = GEMMA_SHA  # a warm is planned here, nothing on the other
+        for host in hosts:
+            await host.register()
+        ctl.tick()
+        pending = {p.action.host_id for p in service.store.pending()}
+        assert pending == {"local-1"}
+        warm = await hosts[0].heartbeat(request_commands=True)
+        idle = await hosts[1].heartbeat(request_commands=True)
+    assert [c["kind"] for c in warm["allocator"]["commands"]] == ["warm"]
+    assert idle["allocator"]["commands"] == []
+    assert read == ["local-1"]  # the idle host's poll never reached the store
