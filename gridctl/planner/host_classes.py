@@ -283,6 +283,7 @@ def choose_by_class(
     search = Search(ws, model_id, relax_domains, dead)
     rejected: dict[int, Rejection] = {}  # the rejection a class's first visit met
     quick_score = classes.quick
+    quick_of: dict[int, float | None] = {}  # this search's quick score per class
     while queue:
         key, host_id, at, members, class_id = queue[0]
         best = search.best
@@ -292,7 +293,10 @@ def choose_by_class(
             if best is not None:
                 if -key + DYNAMIC_MAX < best.score:
                     break  # no later host can win
-                quick = quick_score(model_id, class_id, host_id)
+                if class_id in quick_of:
+                    quick = quick_of[class_id]
+                else:
+                    quick = quick_of[class_id] = quick_score(model_id, class_id, host_id)
                 if quick is not None and (
                     quick < best.score or (quick == best.score and host_id > best.view.host_id)
                 ):

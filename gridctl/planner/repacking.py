@@ -251,7 +251,13 @@ def _released_in_rank_order(
     (best static score, then host id) without ranking every eligible host."""
     eligible = ws.eligible_set[model_id]
     found = [h for h, code in rejected.items() if code in _RELEASE_CODES and h in eligible]
-    return sorted(found, key=lambda h: (-ws.static_score(model_id, h)[1], h))
+    if len(found) < 2:
+        return found
+    memo = ws.static_scores(model_id)
+    for host_id in found:
+        if host_id not in memo:
+            ws.static_sum(model_id, host_id)  # fills the memo
+    return sorted(found, key=lambda h: (-memo[h][0][1], h))
 
 
 def _movable(
