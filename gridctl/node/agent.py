@@ -17,7 +17,10 @@ them (``gridctl.node.controllers``).
 Every request carries the host-scoped credential in ``X-Grid-Allocator-Node-Token``;
 the loop refuses to send it over plain HTTP to anything but loopback. A receipt
 is marked acknowledged only after a 2xx response, so an ack lost in transit is
-sent again (duplicates are harmless to the controller).
+sent again (duplicates are harmless to the controller). A lease heartbeat whose
+connection is closed or reset under it is sent once more at once (it is
+idempotent); a control heartbeat never is, as the controller may have delivered
+commands to it.
 """
 
 from __future__ import annotations
