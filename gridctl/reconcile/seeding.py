@@ -127,9 +127,15 @@ class Seeding:
 
     def __init__(self, view: FleetView, history: Iterable[HistoryEntry]) -> None:
         self._view = view
-        self._index = SeedIndex.of(history)
+        self._history = history
+        self._seeds: SeedIndex | None = None  # a tick with no exact-artifact load never builds it
         self._holders: dict[str, frozenset[str]] | None = None
         self._fresh: frozenset[str] | None = None
+
+    def _index(self) -> SeedIndex:
+        if self._seeds is None:
+            self._seeds = SeedIndex.of(self._history)
+        return self._seeds
 
     def _held(self, sha: str) -> bool:
         if self._holders is None:
@@ -147,10 +153,11 @@ class Seeding:
         if identity is None:
             return SeedVerdict(wait=False)
         seeds = set(loading)
-        waiting = unconfirmed_seed(self._view, self._index, identity)
+        index = self._index()
+        waiting = unconfirmed_seed(self._view, index, identity)
         if waiting is not None:
             seeds.add(waiting)
-        outcome = self._index.latest.get(identity)
+        outcome = index.latest.get(identity)
         return seed_verdict(
             held=self._held(sha),
             latest_failed=outcome is not None and outcome.failed,

@@ -144,6 +144,7 @@ def test_two_hosts_cost_the_origin_one_download(
         if f"GET /sha256/{GEMMA_SHA} range=- status=200" in line and "complete" in line
     ]
     assert len(peer_lines) == 1, peer_lines  # the second host fetched from the first
+    print("held for the seed:", sorted(held), "origin GETs:", gets, "peer GETs:", peer_lines)
 
     progress = [line for line in fleet.log().splitlines() if f"{GEMMA} on local-" in line]
     bars = [line for line in progress if re.search(r": fetch \[[#.]{24}\] \d+% ", line)]

@@ -351,3 +351,6 @@ def test_a_learned_transition_prefetches_a_hit_and_an_unused_copy_expires(
     hit = wait_for("the node to report the predictive copy used", used, deadline=60)
     assert hit["provenance"] == "predictive" and hit["artifact_sha256"] == shas[WRITER]
     assert len(origin.gets(hub_path(SPARE))) == 1 and len(origin.gets(hub_path(WRITER))) == 1
+    print("origin:", origin.gets(hub_path(WRITER)), origin.gets(hub_path(SPARE)))
+    print("writer issued:", issued, "hit:", hit["provenance"], hit["last_used_age_seconds"])
+    print("spare evicted:", evict["message"])
