@@ -34,13 +34,24 @@ pytestmark = pytest.mark.slow
 HOST = "host-e2e"
 
 
-def gridctl(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def gridctl(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "gridctl", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         check=False,
+    )
+
+
+def started_failure(done: subprocess.CompletedProcess[str], state_dir: Path, fake: Any) -> str:
+    """What a failed ``node start`` said, the daemon's log and what the controller saw."""
+    log = state_dir / "logs" / "daemon.log"
+    tail = log.read_text(encoding="utf-8", errors="replace")[-4000:] if log.exists() else ""
+    return (
+        f"{done.stdout}{done.stderr}\n--- daemon.log (tail)\n{tail}\n"
+        f"--- controller: {len(fake.registrations)} registrations, "
+        f"refused statuses {fake.refused[-5:]}"
     )
 
 
@@ -95,6 +106,9 @@ def node_setup(tmp_path: Path, shared_artifacts: Path, llama_binary: Path) -> It
             str(llama_binary),
             "--stop-idle-seconds",
             "10",
+            # a loaded machine: registration is awaited with a generous deadline
+            "--start-timeout",
+            "240",
         ]
         try:
             yield fake, state_dir, start_args
@@ -107,7 +121,7 @@ def test_daemon_lifecycle_with_restart_adoption(node_setup: Any) -> None:
     fake, state_dir, start_args = node_setup
     t0 = time.monotonic()
     started = gridctl(*start_args)
-    assert started.returncode == 0, started.stdout + started.stderr
+    assert started.returncode == 0, started_failure(started, state_dir, fake)
     print(f"node start -> registered: {time.monotonic() - t0:.2f}s")
     assert fake.registrations[-1]["resources"]["failure_domain"] == "rack-e2e"
 
@@ -166,7 +180,7 @@ def test_daemon_lifecycle_with_restart_adoption(node_setup: Any) -> None:
     registrations = len(fake.registrations)
     t0 = time.monotonic()
     restarted = gridctl(*start_args)
-    assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+    assert restarted.returncode == 0, started_failure(restarted, state_dir, fake)
     wait_until(lambda: len(fake.registrations) > registrations, 60, "re-registration")
     print(f"restart -> registered again: {time.monotonic() - t0:.2f}s")
     after = status(state_dir)
