@@ -11,8 +11,8 @@ preemption wave, already-drained before idle before busy victims; then ids.
 Limits: a global and a per-host count of concurrent mutations, where every
 pending action (delivered or not) holds a slot, and an exact-artifact load
 fanout counting pending and observed running loads of the same digest, and, while no
-host holds a verified copy of that digest yet, one origin download at a time
-(``seeding``). A dependent warm whose load is held back is held back too.
+host holds a verified copy of a digest fetched over the network, one origin download
+at a time (``seeding``). A dependent warm whose load is held back is held back too.
 When a slot is full, an undelivered constructive action of a strictly lower
 service class may be withdrawn (a leaf warm before its load, the newest
 first); delivered actions keep their slots until acknowledged, and
@@ -86,10 +86,12 @@ class Governor:
         view: FleetView,
         pending: Sequence[PendingAction],
         history: Iterable[HistoryEntry] = (),
+        remote: frozenset[str] = frozenset(),
     ) -> None:
         self._policy = policy
         self._view = view
         self._seeding = Seeding(view, history)
+        self._remote = remote  # digests a profile fetches over the network: seeded
         self.fallbacks: dict[str, SeedFallback] = {}  # action id -> why it skipped the seed
         self.pending: list[PendingAction] = list(pending)
         self.admitted: dict[str, str] = {}  # action id -> host id
@@ -123,11 +125,11 @@ class Governor:
             if replica not in loading:
                 if len(loading) >= self._policy.artifact_fanout:
                     return BlockedCode.ARTIFACT_FANOUT
-                assert p.artifact_sha256 is not None
-                verdict = self._seeding.verdict(p.artifact_sha256, loading)
-                if verdict.wait:
-                    return BlockedCode.ARTIFACT_SEEDING
-                fallback = verdict.fallback
+                if p.artifact_sha256 in self._remote:
+                    verdict = self._seeding.verdict(p.artifact_sha256, loading)
+                    if verdict.wait:
+                        return BlockedCode.ARTIFACT_SEEDING
+                    fallback = verdict.fallback
         host_full = self._host_used(p.host_id) >= self._policy.max_concurrent_mutations_per_host
         global_full = self._global_used() >= self._policy.max_concurrent_mutations
         if host_full or global_full:

@@ -51,6 +51,7 @@ from gridctl.reconcile.records import (
     PendingAction,
     ReconcileResult,
 )
+from gridctl.reconcile.seeding import fetched_remotely
 from gridctl.reconcile.withdrawal import still_withdrawn, withdraw_unsafe_batches
 
 
@@ -131,7 +132,7 @@ def reconcile(
     decided = _decide(
         proposals,
         {action_key(p.action): p for p in live},
-        Governor(policy, view, live, history),
+        Governor(policy, view, live, history, _remote_digests(profiles)),
         _Context(view, index, past, profiles, policy, memory, now, in_grace, blocked_models),
         attempt_index(history),
         approved if approving else None,
@@ -172,6 +173,14 @@ def _serving(p: PendingAction, proposal: Proposal | None) -> PendingAction:
         return p
     action = replace(p.action, priority=proposal.priority)
     return replace(p, action=action, demand_class=proposal.demand_class)
+
+
+def _remote_digests(profiles: Mapping[str, ModelProfile]) -> frozenset[str]:
+    return frozenset(
+        p.artifact.sha256
+        for p in profiles.values()
+        if p.artifact.sha256 and fetched_remotely(p.artifact.source)
+    )
 
 
 def _triage_pending(

