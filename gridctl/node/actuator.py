@@ -14,6 +14,7 @@ stable reason; the executor turns that into a receipt.
 
 from __future__ import annotations
 
+import errno
 import socket
 import threading
 import time
@@ -43,6 +44,12 @@ class ActionFailure(PermanentError):
     def __init__(self, reason: str, detail: str = "") -> None:
         self.reason = reason
         super().__init__(f"{reason}: {detail}" if detail else reason)
+
+
+def _load_failure_reason(exc: Exception) -> str:
+    if isinstance(exc, OSError):
+        return "insufficient_disk" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "local_io"
+    return str(getattr(exc, "reason", "load_failed"))
 
 
 @dataclass(frozen=True)
@@ -259,13 +266,15 @@ class HostActuator:
                 mirrors=req.artifact_mirrors,
                 provenance="predictive" if req.prefetch else "demand",
             )
-        except GridctlError as exc:
+        except (GridctlError, OSError) as exc:
+            # a local I/O error (the artifact disk filled up mid-transfer) fails the load
+            # like any other: the placeholder row must not stay ``loading`` for ever
             if placeholder:
                 with self._lock:
                     row = self.store.residency(req.model_id)
                     if row is not None and not row.has_process:
                         self._set(row, state=ResidencyState.FAILED, message=str(exc)[:512])
-            raise ActionFailure(getattr(exc, "reason", "load_failed"), str(exc)) from exc
+            raise ActionFailure(_load_failure_reason(exc), str(exc)) from exc
         finally:
             self.disk = self.cache.disk()
         with self._lock:

@@ -42,7 +42,7 @@ from gridctl.node.gpus import probe_gpus
 from gridctl.node.intake import CommandIntake
 from gridctl.node.joining import NodeIdentity
 from gridctl.node.mirroring import PeerMirror
-from gridctl.node.processes import observe_identity
+from gridctl.node.processes import observe_identity, stop_proven
 from gridctl.node.protecting import ProtectionLoop
 from gridctl.node.protection import ProtectionPolicy
 from gridctl.node.records import ProcessIdentity
@@ -268,6 +268,37 @@ def daemon_identity(record: dict[str, object]) -> ProcessIdentity | None:
         return None
 
 
+def stop_orphaned_engines(parts: NodeParts) -> list[str]:
+    """Stop engine children of this state directory that no residency record names.
+
+    A child is this node's when it reads this state directory's engine key file (the
+    directory is the daemon's own, mode 0700). If the node database was lost or
+    quarantined, no record proves the child's model path and birth any more: it can
+    neither be adopted nor fenced, and left alone it would hold memory and a port
+    that nothing reports, beside the fresh engine the controller then starts. It is
+    stopped, by the identity observed now.
+    """
+    key_file = parts.actuator.runtime.key_file.resolve()
+    known = {r.pid for r in parts.store.residencies() if r.pid is not None}
+    notes = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info.get("cmdline") or []
+        if proc.pid in known or "--api-key-file" not in cmd[:-1]:
+            continue
+        if Path(cmd[cmd.index("--api-key-file") + 1]).resolve() != key_file:
+            continue
+        identity = observe_identity(proc.pid)
+        if identity is None:
+            continue
+        alias = cmd[cmd.index("-a") + 1] if "-a" in cmd[:-1] else "?"
+        stopped = stop_proven(identity)
+        notes.append(
+            f"orphaned engine pid {proc.pid} ({alias}) has no record: "
+            + ("stopped" if stopped else "could not be stopped")
+        )
+    return notes
+
+
 def run_daemon(config: NodeConfig, *, instance_id: str) -> int:
     """Run the node in this process until SIGTERM/SIGINT; returns the exit code."""
     with instance_lock(config.state_dir):
@@ -276,6 +307,8 @@ def run_daemon(config: NodeConfig, *, instance_id: str) -> int:
             log.warning("%s", warning)
         for note in parts.actuator.recover():
             log.info("recover %s", note)
+        for note in stop_orphaned_engines(parts):
+            log.warning("recover %s", note)
         interrupted = parts.executor.recover()
         if interrupted:
             log.warning("%d interrupted action(s) marked failed", interrupted)

@@ -174,6 +174,7 @@ class FaultFleet:
         capacity_mb: int = 1400,
         env: dict[str, str] | None = None,
         token: str | None = None,
+        tags: str = "local,cpu",
     ) -> Node:
         from gridctl.credentials import (
             issue_node_credential,
@@ -192,7 +193,7 @@ class FaultFleet:
         ports = free_port_range()
         args = [sys.executable, "-m", "gridctl", "node", "start", "--foreground"]
         args += ["--controller", controller_url or self.url, "--token-file", str(token_file)]
-        args += ["--host-id", host_id, "--state-dir", str(node_dir), "--tags", "local,cpu"]
+        args += ["--host-id", host_id, "--state-dir", str(node_dir), "--tags", tags]
         args += ["--capacity-mb", str(capacity_mb), "--external-mb", "0", "--reserved-mb", "0"]
         args += ["--heartbeat-seconds", str(HEARTBEAT_SECONDS), "--failure-domain", host_id]
         args += ["--port-range", f"{ports.first}-{ports.last}", "--engine-threads", "1"]
@@ -225,20 +226,29 @@ class FaultFleet:
     def routable(self, model: str = GEMMA) -> list[str]:
         return sorted(r["host_id"] for r in self.residencies(model) if r.get("routable"))
 
-    def engines(self) -> dict[str, list[tuple[int, float]]]:
-        """Live llama-server children of this fleet, by host: (pid, birth time)."""
+    def engines(self, model: str | None = None) -> dict[str, list[tuple[int, float]]]:
+        """Live llama-server children of this fleet (of ``model``, by its ``-a`` alias, if
+        given), by host: (pid, birth time)."""
         found: dict[str, list[tuple[int, float]]] = {}
+        for host_id, alias, born in self._engine_rows():
+            if model is None or alias == model:
+                found.setdefault(host_id, []).append(born)
+        return found
+
+    def _engine_rows(self) -> list[tuple[str, str, tuple[int, float]]]:
+        rows = []
         for proc in psutil.process_iter(["cmdline", "create_time"]):
             cmd = proc.info.get("cmdline") or []
             if not cmd or "llama-server" not in cmd[0] or "--api-key-file" not in cmd:
                 continue
             key_file = cmd[cmd.index("--api-key-file") + 1]
+            alias = cmd[cmd.index("-a") + 1] if "-a" in cmd else ""
             for host_id, node in self.nodes.items():
                 if key_file.startswith(str(node.state_dir) + os.sep):
                     born = (proc.pid, float(proc.info["create_time"]))
-                    found.setdefault(host_id, []).append(born)
+                    rows.append((host_id, alias, born))
                     self.children.add(born)
-        return found
+        return rows
 
     def actions(self) -> list[dict[str, Any]]:
         """The controller's durable action rows (read-only)."""
@@ -265,7 +275,9 @@ class FaultFleet:
     def logs(self) -> str:
         parts = []
         for path in sorted(self.root.glob("*.log")):
-            parts.append(f"== {path.name}\n" + path.read_text(errors="replace")[-5000:])
+            lines = path.read_text(errors="replace").splitlines()
+            kept = [line for line in lines if "httpx: HTTP Request" not in line]
+            parts.append(f"== {path.name}\n" + "\n".join(kept[-60:]))
         return "\n".join(parts)
 
     # --- invariants -------------------------------------------------------------------
@@ -281,8 +293,9 @@ class FaultFleet:
             assert twice == {}, f"{host_id} finished these actions more than once: {twice}"
             ran = {a for a, r in node.receipts().items() if r["status"] == "succeeded"}
             assert ran <= issued, f"{host_id} ran actions the controller never issued"
-        for host_id, pids in self.engines().items():
-            assert len(pids) <= 1, f"{host_id} runs {len(pids)} engines: {pids}"
+        per_model = Counter((host_id, alias) for host_id, alias, _born in self._engine_rows())
+        twice_started = {k: n for k, n in per_model.items() if n > 1}
+        assert twice_started == {}, f"more than one engine for one model on a host: {per_model}"
 
     # --- teardown ---------------------------------------------------------------------
 

@@ -92,7 +92,9 @@ def alive(engine: tuple[int, float]) -> bool:
     import psutil
 
     try:
-        return abs(psutil.Process(engine[0]).create_time() - engine[1]) < 0.01
+        proc = psutil.Process(engine[0])
+        same = abs(proc.create_time() - engine[1]) < 0.01
+        return same and proc.status() != psutil.STATUS_ZOMBIE  # a zombie is dead
     except psutil.Error:
         return False
 
