@@ -23,6 +23,7 @@ from gridctl.domain import (
     Mode,
     ModelProfile,
     Plan,
+    ResidencyState,
     WorkloadCatalog,
 )
 from gridctl.lab.arrivals import MINUTE, Arrival, generate, trace_digest
@@ -32,7 +33,7 @@ from gridctl.lab.models import BASELINE_MODEL, lab_models
 from gridctl.lab.nodes import NodeEvents, SimNode
 from gridctl.lab.population import User, average_mix, population
 from gridctl.lab.scoring import Accumulator, summary
-from gridctl.lab.serving import Classifier, Served, replicas, serve_minute
+from gridctl.lab.serving import Classifier, Replica, Served, replicas, serve_minute
 from gridctl.lab.strategies import Strategy, feasible_models
 from gridctl.lab.traces import Trace
 from gridctl.lab.workday import HostEvent, curves, host_events, phase_of
@@ -41,6 +42,8 @@ START = 1_800_000_000.0  # the simulated clock's origin (a fixed instant, not th
 MAX_MACHINES = 64
 MAX_USERS = 10_000
 MAX_MINUTES = 24 * 60
+HEARTBEAT_SECONDS = 5.0  # the node daemon's default heartbeat interval
+ROUNDS_PER_MINUTE = int(MINUTE // HEARTBEAT_SECONDS)
 
 
 @dataclass(frozen=True)
@@ -196,25 +199,31 @@ def run(world: World, strategy: Strategy, *, keep_plans: bool = False) -> Run:
                 seen[host_id] = node.snapshot()
         hosts = tuple(seen[h] for h in sorted(seen))
         outcome = controller.tick(now, hosts, minute_counts, named_counts)
-        acc.safety.extend(outcome.unsafe)
         if keep_plans:
             decisions.append((minute, outcome.decision.plan, outcome.snapshot))
         for u in outcome.decision.plan.unsatisfied:
             acc.unsatisfied_minutes[u.model_id] = acc.unsatisfied_minutes.get(u.model_id, 0) + 1
-        for action, command in controller.deliverable(now, seen):
-            target = nodes.get(action.host_id)
-            if target is not None:
-                target.deliver(command, action, ttl, now)
-        for host_id, node in sorted(nodes.items()):
-            before = node.used_mb()
-            events = node.advance(now, MINUTE)
-            _credit_prefetch(node, events, acc, prefetch_credit)
-            acc.node(host_id, events)
-            # a derate or an owner's apps may shrink capacity under live models; only
-            # this tick's own work taking memory beyond capacity is a breach
-            if node.up and node.used_mb() > max(before, node.capacity_mb()):
-                acc.safety.append(f"memory over capacity on {host_id} at minute {minute}")
+        _actuate(controller, outcome, nodes, seen, now, minute, acc, prefetch_credit, ttl)
+        # the minute's requests meet what was READY after the tick
         pool = replicas(list(nodes.values()), profiles)
+        issued = [_issued(e) for e in outcome.result.enqueue]
+        for step in range(1, ROUNDS_PER_MINUTE):
+            at = now + HEARTBEAT_SECONDS * step
+            issued.extend(
+                _follow_up(
+                    controller,
+                    nodes,
+                    seen,
+                    at,
+                    minute,
+                    acc,
+                    prefetch_credit,
+                    ttl,
+                    minute_counts,
+                    named_counts,
+                )
+            )
+        pool = _still_ready(pool, nodes)
         mapping = dict(outcome.decision.mapping)
         log, observations = serve_minute(arrivals, pool, mapping, profiles, classify, sessions)
         for o in observations:
@@ -228,7 +237,7 @@ def run(world: World, strategy: Strategy, *, keep_plans: bool = False) -> Run:
         }
         residency.append(ready)
         timeline.append(
-            _timeline_row(minute, world.config.minutes, outcome, notes, log.served, ready)
+            _timeline_row(minute, world.config.minutes, outcome, notes, log.served, ready, issued)
         )
     acc.finish()
     managed = [h for h in world.hosts if h.kind != "external-endpoint"]
@@ -244,6 +253,91 @@ def run(world: World, strategy: Strategy, *, keep_plans: bool = False) -> Run:
         residency,
         decisions,
     )
+
+
+def _still_ready(
+    pool: dict[str, list[Replica]], nodes: Mapping[str, SimNode]
+) -> dict[str, list[Replica]]:
+    """The replicas READY both after the minute's tick and at its end: a replica drained
+    or lost during the minute serves none of it, one that became ready serves the next."""
+    ready = {
+        (host_id, model)
+        for host_id, node in nodes.items()
+        if node.up
+        for model, row in node.residencies.items()
+        if row.state is ResidencyState.READY
+    }
+    kept = {m: [r for r in rs if (r.host_id, m) in ready] for m, rs in pool.items()}
+    return {m: rs for m, rs in kept.items() if rs}
+
+
+def _issued(entry: Any) -> str:
+    action = entry.action
+    return f"{action.kind.value} {action.model_id} on {action.host_id}"
+
+
+def _actuate(
+    controller: LabController,
+    outcome: TickOutcome,
+    nodes: dict[str, SimNode],
+    seen: dict[str, HostSnapshot],
+    now: float,
+    minute: int,
+    acc: Accumulator,
+    credited: set[tuple[str, str, float]],
+    ttl: float,
+) -> None:
+    """Deliver a tick's executable commands and let the nodes start them at ``now``."""
+    acc.safety.extend(outcome.unsafe)
+    for action, command in controller.deliverable(now, seen):
+        target = nodes.get(action.host_id)
+        if target is not None:
+            target.deliver(command, action, ttl, now)
+    for host_id, node in sorted(nodes.items()):
+        before = node.used_mb()
+        events = node.advance(now, MINUTE)
+        _credit_prefetch(node, events, acc, credited)
+        acc.node(host_id, events)
+        # a derate or an owner's apps may shrink capacity under live models; only
+        # this tick's own work taking memory beyond capacity is a breach
+        if node.up and node.used_mb() > max(before, node.capacity_mb()):
+            acc.safety.append(f"memory over capacity on {host_id} at minute {minute}")
+
+
+def _follow_up(
+    controller: LabController,
+    nodes: dict[str, SimNode],
+    seen: dict[str, HostSnapshot],
+    at: float,
+    minute: int,
+    acc: Accumulator,
+    credited: set[tuple[str, str, float]],
+    ttl: float,
+    minute_counts: Mapping[str, int],
+    named_counts: Mapping[str, int],
+) -> list[str]:
+    """One heartbeat interval inside the minute: nodes finish what is due by ``at``;
+    when any of them has a receipt to report, every node heartbeats and the
+    controller ticks again (as the live controller does on the next heartbeat),
+    so a lifecycle chain (drain, unload, load, warm) is not stretched to a
+    minute per step. Demand is what the learners knew at the minute's start."""
+    reported = False
+    for host_id, node in sorted(nodes.items()):
+        events = node.advance(at, MINUTE)
+        _credit_prefetch(node, events, acc, credited)
+        acc.node(host_id, events)
+        reported = reported or bool(node.up and node.receipts)
+    if not reported:
+        return []
+    for host_id, node in sorted(nodes.items()):
+        for receipt in node.heartbeat(at):
+            controller.book.acknowledge(receipt, at)
+        if node.up:
+            seen[host_id] = node.snapshot()
+    hosts = tuple(seen[h] for h in sorted(seen))
+    outcome = controller.tick(at, hosts, minute_counts, named_counts)
+    _actuate(controller, outcome, nodes, seen, at, minute, acc, credited, ttl)
+    return [_issued(e) for e in outcome.result.enqueue]
 
 
 def _credit_prefetch(
@@ -283,6 +377,7 @@ def _timeline_row(
     notes: list[str],
     served: Sequence[Served],
     ready: dict[str, list[str]],
+    issued: list[str],
 ) -> dict[str, object]:
     offered: dict[str, int] = {}
     ok: dict[str, int] = {}
@@ -296,10 +391,7 @@ def _timeline_row(
         "minute": minute,
         "phase": phase_of((minute + 0.5) / minutes),
         "events": notes,
-        "issued": [
-            f"{e.action.kind.value} {e.action.model_id} on {e.action.host_id}"
-            for e in outcome.result.enqueue
-        ],
+        "issued": issued,
         "mapping": {w: m for w, m in outcome.decision.mapping if m is not None},
         "admission": admission,
         "offered": dict(sorted(offered.items())),
