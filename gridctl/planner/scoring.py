@@ -81,12 +81,25 @@ class FleetNorms:
 
 
 class ScarcityIndex:
-    """Which hosts constrained models need, queried per flexible model in O(log n).
+    """Fleet-wide topology option value: how much a host is needed by models more
+    constrained than the one being placed, queried per flexible model in O(log n).
 
-    For every host class (hosts every model judges alike, see
-    ``StaticEligibility``) it keeps the (eligible-host count, need) of each
-    demanded model that may run there, sorted by count with running maxima, so
-    "the largest need of a model more constrained than mine" is one bisection.
+    Every enabled model (``max_replicas`` > 0) with eligible hosts ``E`` claims
+    ``max(target, 1)`` model slots (a model with no demand yet keeps its option
+    open). Its *slot pressure* is the share of the model slots on ``E`` that the
+    models at least as constrained as it claim there: a model ``d`` claims
+    ``want_d * |E_d & E| / |E_d|`` of its slots on ``E`` (a direct eligible-set
+    intersection), and ``pressure = min(1, claims / slots(E))``, a host without a
+    per-host model limit counting one slot per enabled model. Models sharing one
+    eligible set are summed once per set.
+
+    The host-to-model index keeps, for every host class (hosts every model
+    judges alike, see ``StaticEligibility``), the (eligible-host count,
+    pressure) of each enabled model that may run there, sorted by count with
+    running maxima, so "the largest pressure of a model more constrained than
+    mine" is one bisection. A model with fewer eligible hosts always has a
+    destination outside the constrained set, so the penalty only ever falls on
+    a model with another valid destination.
     """
 
     def __init__(
@@ -95,13 +108,33 @@ class ScarcityIndex:
         targets: Mapping[str, int],
         host_class: Mapping[str, int],
         class_reps: Sequence[str],
+        slots: Mapping[str, int] | None = None,
+        ceilings: Mapping[str, int] | None = None,
     ) -> None:
-        demanded: list[tuple[int, float, Collection[str]]] = []
-        for model in sorted(eligible):
-            hosts = eligible[model]
-            wanted = targets.get(model, 0)
-            if hosts and wanted > 0:
-                demanded.append((len(hosts), min(1.0, wanted / len(hosts)), hosts))
+        enabled_models = sorted(
+            m for m in eligible if eligible[m] and (ceilings is None or ceilings.get(m, 0) > 0)
+        )
+        unlimited = max(1, len(enabled_models))
+        # models grouped by eligible set: (set, summed want), in first-model order
+        groups: dict[frozenset[str], float] = {}
+        for model in enabled_models:
+            hosts = frozenset(eligible[model])
+            ceiling = 1 if ceilings is None else ceilings[model]
+            groups[hosts] = groups.get(hosts, 0.0) + float(max(targets.get(model, 0), ceiling))
+        pressure: dict[frozenset[str], float] = {}
+        for hosts in groups:
+            capacity = sum(
+                (slots.get(h, 0) if slots is not None else 1) or unlimited for h in sorted(hosts)
+            )
+            claims = 0.0
+            for other, want in groups.items():
+                if len(other) <= len(hosts):
+                    claims += want * len(other & hosts) / len(other)
+            pressure[hosts] = _r(min(1.0, claims / capacity)) if capacity else 1.0
+        demanded: list[tuple[int, float, frozenset[str]]] = []
+        for hosts, value in pressure.items():
+            if value > 0:
+                demanded.append((len(hosts), value, hosts))
         self._class = host_class
         self._counts: list[list[int]] = []
         self._running: list[list[float]] = []
@@ -116,7 +149,8 @@ class ScarcityIndex:
             self._running.append(running)
 
     def need(self, host_id: str, my_count: int) -> float:
-        """Largest need on ``host_id`` of a model with fewer eligible hosts than ``my_count``."""
+        """Largest pressure on ``host_id`` of a model with fewer eligible hosts than
+        ``my_count``."""
         index = self._class.get(host_id)
         if index is None or my_count <= 1:
             return 0.0  # no alternative destination: never penalised

@@ -116,12 +116,14 @@ class Workspace:
         self.warm_back: dict[str, float] = {}  # model -> fastest learned restore path
 
     def build_scarcity(self) -> None:
-        """Index which hosts constrained, demanded models need (after the targets are set)."""
+        """Index which hosts constrained, enabled models need (after the targets are set)."""
         self.scarcity = ScarcityIndex(
             self.eligible_set,
             {m: t.replicas for m, t in self.targets.items()},
             self.static.class_of,
             self.static.class_reps,
+            {h: v.host.resources.max_models for h, v in self.views.items()},
+            {m: p.max_replicas for m, p in self.profiles.items()},
         )
 
     # -- incumbents ----------------------------------------------------------
