@@ -40,6 +40,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             test._hypothesis_internal_use_settings = capped  # type: ignore[union-attr]
 
 
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    """The controller, router and node serve under uvicorn, which runs asyncio: async
+    tests run on that backend alone, whichever others happen to be installed."""
+    return "asyncio"
+
+
 @pytest.fixture(autouse=True)
 def _own_contexts(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch

@@ -116,11 +116,6 @@ def load_fixture(name: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def make_controller(tmp_path: Path) -> Iterator[Callable[[str | None], LiveController]]:
     """Starts the real controller showing the named situation (None: no status yet)."""
     started: list[LiveController] = []
