@@ -223,6 +223,9 @@ def test_term_one_is_a_fenced_term() -> None:
     )
     first = admit_command(FRESH, command(controller_term=1, controller_id="ctl-a"), 5.0)
     assert first.accepted and first.state.controller_id == "ctl-a" and first.state.fenced
+    assert admit_command(FRESH, command(controller_term=1, controller_id="ctl-a"), None).reason is (
+        AdmissionReason.MISSING_TTL
+    )
     higher = replace(FRESH, highest_term=2, controller_id="ctl-b")
     assert admit_command(higher, command(controller_term=1, controller_id="ctl-a"), 5.0).reason is (
         AdmissionReason.STALE_TERM

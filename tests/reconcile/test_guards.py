@@ -5,9 +5,22 @@ from __future__ import annotations
 import pytest
 
 from gridctl.domain import ActionKind, DemandClass, HostState, Ownership, Preemption, ResidencyState
-from gridctl.reconcile import BlockedCode
+from gridctl.reconcile import BlockedCode, CancelReason, ControllerMemory, Tombstone
 
-from .builders import NOW, SHA_A, assign, find, fleet, host, plan, profile, profiles, res, run
+from .builders import (
+    NOW,
+    SHA_A,
+    assign,
+    find,
+    fleet,
+    host,
+    pending_of,
+    plan,
+    profile,
+    profiles,
+    res,
+    run,
+)
 
 PROFS = profiles(profile("m", sha=SHA_A, min_replicas=1))
 
@@ -166,3 +179,55 @@ def test_in_place_revision_change_without_a_peer_is_refused() -> None:
 def test_unknown_models_are_left_alone() -> None:
     result = run(plan(), fleet(host("h1", res("mystery"))), {})
     assert result.actions == ()
+
+
+def test_minimum_residency_ends_at_its_end_time() -> None:
+    profs = profiles(profile("m", sha=SHA_A, min_residency=300))
+    at_end = run(
+        plan(),
+        fleet(host("h1", res("m", sha=SHA_A, loaded_at=NOW - 300))),
+        profs,
+    )
+    assert find(at_end, ActionKind.DRAIN, "h1", "m").executable
+
+
+def test_a_retired_model_keeps_its_minimum_residency_from_the_tombstone() -> None:
+    memory = ControllerMemory(tombstones=(Tombstone("gone", NOW - 5, SHA_A, 300.0),))
+    result = run(
+        plan(),
+        fleet(host("h1", res("gone", sha=SHA_A, loaded_at=NOW - 100))),
+        profiles(),
+        memory=memory,
+    )
+    drain = find(result, ActionKind.DRAIN, "h1", "gone")
+    assert drain.blocked == BlockedCode.MINIMUM_RESIDENCY
+    assert drain.not_before == pytest.approx(NOW + 200)
+
+
+def test_an_explicit_preemption_drains_a_victim_with_no_replacement() -> None:
+    # invariant 3's deliberate exception: the victim's floor is only its replacements
+    profs = profiles(
+        profile("low", sha=SHA_A, priority=10, min_replicas=1), profile("high", priority=90)
+    )
+    the_plan = plan(preemptions=[Preemption("h1", "low", "high", "capacity")], targets={"low": 1})
+    snapshot = fleet(host("h1", res("low", sha=SHA_A)))
+    assert find(run(the_plan, snapshot, profs), ActionKind.DRAIN, "h1", "low").executable
+    delivered = pending_of(ActionKind.DRAIN, "h1", "low", sha=SHA_A, delivered=True, cls=None)
+    result = run(the_plan, snapshot, profs, pending=[delivered])
+    assert result.cancellations == ()  # fresh evidence: none against a staged preemption
+
+
+def test_the_plans_target_is_the_floor_when_it_exceeds_min_replicas() -> None:
+    # the planner wants three replicas and could place two; draining the third ready
+    # copy (on a host the plan does not use) would leave fewer than the target
+    profs = profiles(profile("m", sha=SHA_A, min_replicas=1))
+    the_plan = plan(assign("m", "h1"), assign("m", "h2"), targets={"m": 3})
+    snapshot = fleet(*(host(h, res("m", sha=SHA_A)) for h in ("h1", "h2", "h3")))
+    drain = find(run(the_plan, snapshot, profs), ActionKind.DRAIN, "h3", "m")
+    assert drain.blocked == BlockedCode.REPLACEMENT_NOT_READY
+    # and a drain already delivered there is withdrawn on that evidence
+    delivered = pending_of(ActionKind.DRAIN, "h3", "m", sha=SHA_A, delivered=True, cls=None)
+    result = run(the_plan, snapshot, profs, pending=[delivered])
+    assert [(c.action_id, c.reason) for c in result.cancellations] == [
+        (delivered.action_id, CancelReason.WITHDRAWN_UNSAFE)
+    ]
