@@ -40,3 +40,34 @@ def test_after_release_the_beneficiary_is_placed() -> None:
     plan = plan_placement(PROFILES, fleet(*released, demand=(busy("urgent"),)))
     assert [a.host_id for a in plan.assignments_for("urgent")] == ["mini-1"]
     assert plan.preemptions == ()
+
+
+def test_an_idle_victim_is_released_before_a_busy_one_of_the_same_priority() -> None:
+    saturated = with_residents(
+        mini_32g("mini-1"),
+        resident("a-busy", 10000, active_requests=3),
+        resident("b-idle", 10000),
+    )
+    profiles = [
+        baseline("a-busy", 10000, priority=10),
+        baseline("b-idle", 10000, priority=10),
+        profile("urgent", 16000, priority=90, max_replicas=1),
+    ]
+    plan = plan_placement(profiles, fleet(saturated, demand=(busy("urgent"),)))
+    assert [(p.host_id, p.model_id) for p in plan.preemptions] == [("mini-1", "b-idle")]
+
+
+def test_a_model_pinned_to_the_host_is_never_its_victim() -> None:
+    def plan_with(pins: tuple[str, ...]) -> list[tuple[str, str]]:
+        profiles = [
+            baseline("keep", 20000, priority=10, pins=pins),
+            profile("urgent", 16000, priority=90, max_replicas=1),
+        ]
+        snapshot = fleet(
+            with_residents(mini_32g("mini-1"), resident("keep", 20000)),
+            demand=(busy("urgent"),),
+        )
+        return [(p.host_id, p.model_id) for p in plan_placement(profiles, snapshot).preemptions]
+
+    assert plan_with(()) == [("mini-1", "keep")]
+    assert plan_with(("mini-1",)) == []
