@@ -231,3 +231,15 @@ def test_the_plans_target_is_the_floor_when_it_exceeds_min_replicas() -> None:
     assert [(c.action_id, c.reason) for c in result.cancellations] == [
         (delivered.action_id, CancelReason.WITHDRAWN_UNSAFE)
     ]
+
+
+def test_every_assigned_replica_elsewhere_must_be_ready_not_just_enough_of_them() -> None:
+    # the plan moves m to h2 (still loading); a stray ready copy on h3 does not stand in
+    the_plan = plan(assign("m", "h2"))
+    snapshot = fleet(
+        host("h1", res("m", sha=SHA_A)),
+        host("h2", res("m", ResidencyState.LOADING, sha=SHA_A)),
+        host("h3", res("m", sha=SHA_A)),
+    )
+    drain = find(run(the_plan, snapshot, PROFS), ActionKind.DRAIN, "h1", "m")
+    assert drain.blocked == BlockedCode.REPLACEMENT_NOT_READY

@@ -228,3 +228,25 @@ def test_a_withdrawn_unload_needs_the_residency_gone_not_draining() -> None:
     )
     # the drain's postcondition (draining) is proven; the unload's (cached or gone) is not
     assert [w.action_id for w in later.withdrawn_destructive] == [unload.action_id]
+
+
+def test_every_member_of_an_unsafe_batch_is_cancelled_whatever_else_is_queued() -> None:
+    drain = pending_of(ActionKind.DRAIN, "h1", "x", delivered=True, cls=None)
+    unload = pending_of(ActionKind.UNLOAD, "h3", "x", cls=None)
+    others = [pending_of(ActionKind.WARM, f"h{i}", "y") for i in range(4, 9)]
+    result = run(
+        plan(assign("x", "h2"), *(assign("y", f"h{i}") for i in range(4, 9))),
+        fleet(
+            host("h1", res("x")),
+            host("h2", res("x"), state=HostState.PAUSED),
+            host("h3", res("x", ResidencyState.DRAINING)),
+            *(host(f"h{i}", cached=[("y", None)]) for i in range(4, 9)),
+        ),
+        PROFS,
+        pending=[*others, drain, unload],
+    )
+    assert sorted(o.action_id for o in others)[0] < max(drain.action_id, unload.action_id)
+    assert {(c.action_id, c.reason, c.delivered) for c in result.cancellations} == {
+        (drain.action_id, CancelReason.WITHDRAWN_UNSAFE, True),
+        (unload.action_id, CancelReason.WITHDRAWN_UNSAFE, False),
+    }
