@@ -138,3 +138,12 @@ def test_a_staged_preemption_names_its_victims_and_host() -> None:
     plan = plan_placement(PROFILES, fleet(*SATURATED, demand=(busy("urgent"),)))
     (staged,) = [u for u in plan.unsatisfied if u.code is UnsatisfiedCode.PREEMPTION_STAGED]
     assert staged.message == f"waiting for batch to drain on {plan.preemptions[0].host_id}"
+
+
+def test_the_explanation_shows_the_host_chosen_for_a_staged_preemption() -> None:
+    plan = plan_placement(PROFILES, fleet(*SATURATED, demand=(busy("urgent"),)))
+    host_id = plan.preemptions[0].host_id
+    (urgent,) = [e for e in plan.explanations if e.model_id == "urgent"]
+    chosen = [c for c in urgent.candidates if c.chosen]
+    assert [c.host_id for c in chosen] == [host_id]
+    assert chosen[0].detail.endswith("[preemption staged; placed after release]")
