@@ -44,7 +44,7 @@ def fleet(
         fleet.start_controller()
         with running_relay(fleet.url) as relay:
             node = fleet.add_node(
-                HOST, controller_url=relay.url, artifact_dir=gemma_cache, capacity_mb=4000
+                HOST, controller_url=relay.url, artifact_dir=gemma_cache, capacity_mb=6400
             )
             node.start()
             bring_up(fleet, GEMMA)
