@@ -113,6 +113,21 @@ SHAPE_FILTERS: tuple[StaticFilter, ...] = (
 STATIC_FILTERS: tuple[StaticFilter, ...] = (host_admission, *SHAPE_FILTERS, pins)
 
 
+def requirements(profile: ModelProfile, named: bool) -> tuple[object, ...]:
+    """Everything ``SHAPE_FILTERS`` read of a profile (its name only when ``named``: some
+    host shape has an allow or deny list)."""
+    return (
+        profile.runtimes,
+        profile.backends,
+        profile.data_tier,
+        profile.required_tags,
+        profile.forbidden_tags,
+        profile.min_gpu_count,
+        profile.min_gpu_memory_mb,
+        profile.name if named else "",
+    )
+
+
 class EligibilityMemo:
     """Static filters evaluated once per (model, host shape), not per host.
 
@@ -189,8 +204,17 @@ class StaticEligibility:
         # per set of passing shapes: its admitted hosts in id order, as a tuple and a set
         opened: dict[tuple[int, ...], tuple[tuple[str, ...], frozenset[str]]] = {}
         pinned_here: dict[str, set[str]] = {}
+        # models that ask the same of a host share one row of shape rejections (the name
+        # matters only where a shape has an allow or deny list)
+        named = any(rep.shape[4] or rep.shape[5] for rep in reps)
+        rows: dict[tuple[object, ...], tuple[Rejection | None, ...]] = {}
         for model_id, profile in profiles.items():
-            rejections = tuple(self.memo.shape_rejection(profile, rep) for rep in reps)
+            needs = requirements(profile, named)
+            rejections = rows.get(needs)
+            if rejections is None:
+                rejections = rows[needs] = tuple(
+                    self.memo.shape_rejection(profile, rep) for rep in reps
+                )
             passing = tuple(i for i, found in enumerate(rejections) if found is None)
             codes = set(admission_codes)
             for index, found in enumerate(rejections):

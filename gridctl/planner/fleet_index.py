@@ -78,6 +78,13 @@ class FleetIndex:
                 if row is not None:
                     self.incumbents[model_id][host_id] = row
                     self.special[model_id].add(host_id)
+        # admitted hosts alike for static scoring and eligibility of any unpinned model
+        # with no incumbent, cache, failure or learned fact there: (score shape, static
+        # class) groups, each in host id order
+        groups: dict[tuple[int, int], list[str]] = {}
+        for host_id, static_class in self.static.class_of.items():
+            groups.setdefault((self.score_id[host_id], static_class), []).append(host_id)
+        self.alike_groups: tuple[list[str], ...] = tuple(groups.values())
         self.live_violations: dict[str, str] = {
             host_id: found
             for host_id, view in self.views.items()
@@ -85,7 +92,7 @@ class FleetIndex:
         }
         # memos of pure functions of (model, host shape)
         self.new_runtime: dict[tuple[str, int], tuple[str, int] | None] = {}
-        self.footprint: dict[tuple[str, int], int | None] = {}
+        self.footprint: dict[str, dict[int, int | None]] = {}  # model -> shape -> MB
         # static score parts by everything they read (``Workspace._static_score``'s key:
         # the model's score signature, the host's score shape, the pair's own facts and the
         # scarcity need), so plans of other demand reuse them

@@ -29,7 +29,6 @@ from gridctl.planner.scoring import (
     DYNAMIC_MAX,
     FAILURE_DOMAIN,
     Components,
-    best_fit,
     dynamic_components,
     score_with_dynamic,
 )
@@ -272,8 +271,11 @@ class Search:
         return Choice(self.best, self.codes)
 
 
-def visit(search: Search, host_id: str) -> Verdict:
-    """Consider one host; hosts must be visited best static score first, then host id."""
+def visit(search: Search, host_id: str, pruned: bool = False) -> Verdict:
+    """Consider one host; hosts must be visited best static score first, then host id.
+
+    ``pruned``: the caller already ran the pruning against the best so far (the
+    break and both skips) and the host survived it."""
     ws = search.ws
     model_id = search.model_id
     dead = search.dead
@@ -281,7 +283,7 @@ def visit(search: Search, host_id: str) -> Verdict:
     if dead is not None and host_id in dead:
         search.codes.add(dead[host_id])
         return Verdict.DEAD
-    if best is not None:
+    if best is not None and not pruned:
         _, bound = ws.static_score(model_id, host_id)
         if bound + DYNAMIC_MAX < best.score:
             return Verdict.BREAK  # hosts are ranked by static score: no later host can win
@@ -354,9 +356,13 @@ def choose_host(
     ledgers = ws.ledgers
     incumbents = ws.incumbents[model_id]
     new_footprint = ws.new_footprint
+    footprints = ws.footprints(model_id)
+    shape_of = ws.static.shape_of
     for host_id in hosts:
         best = search.best
+        pruned = False
         if best is not None and (dead is None or host_id not in dead):
+            pruned = True
             found = memo.get(host_id)
             if found is None:
                 ws.static_sum(model_id, host_id)
@@ -372,17 +378,26 @@ def choose_host(
             if not (
                 model_id in ledger.assigned or model_id in ledger.reserved or host_id in incumbents
             ):
-                footprint = new_footprint(model_id, host_id)
+                shape = shape_of[host_id]
+                footprint = (
+                    footprints[shape] if shape in footprints else new_footprint(model_id, host_id)
+                )
                 if footprint is not None:
-                    # ``new_placement_score``, term for term
+                    # ``new_placement_score``, term for term (``best_fit`` inlined)
                     value = found[1] + FAILURE_DOMAIN if new_domain else found[1]
                     capacity = capacity_of[host_id]
                     if capacity > 0:
-                        value += best_fit(base_free[host_id] - ledger.new_mb - footprint, capacity)
+                        free = base_free[host_id] - ledger.new_mb - footprint
+                        tightness = 1.0 - (free if free > 0 else 0) / capacity
+                        if not tightness > 0.0:
+                            tightness = 0.0
+                        elif tightness > 1.0:
+                            tightness = 1.0
+                        value += round(BEST_FIT * tightness, 6)
                     quick = round(value, 6)
                     if quick < top or (quick == top and host_id > best.view.host_id):
                         continue  # it cannot win even if feasible
-        if visit(search, host_id) is Verdict.BREAK:
+        if visit(search, host_id, pruned) is Verdict.BREAK:
             break
     return search.choice()
 

@@ -112,6 +112,7 @@ class Workspace:
         # first search from how many classes the hosts fall into)
         self.by_class = by_class
         self.classes: HostClasses | None = None  # built by the first class search
+        self.alike_groups = fleet.alike_groups
         self._resident: dict[str, list[str]] | None = None
         self.warm_back: dict[str, float] = {}  # model -> fastest learned restore path
 
@@ -231,36 +232,67 @@ class Workspace:
         """Eligible hosts of a model, best static score first, then host id."""
         found = self._ordered.get(model_id)
         if found is None:
-            memo = self._static[model_id]
-            special = self._special[model_id]
-            score_id = self._score_id
-            class_of = self.static.class_of
-            # hosts with no incumbent, cache or failure of the model score alike
-            # within one (score shape, host class)
-            alike: dict[tuple[int, int], StaticScore] = {}
-            for host_id in self.eligible[model_id]:
-                if host_id in memo:
-                    continue
-                if host_id in special:
-                    memo[host_id] = self._static_score(model_id, host_id)
-                    continue
-                key = (score_id[host_id], class_of[host_id])
-                value = alike.get(key)
-                if value is None:
-                    value = alike[key] = self._static_score(model_id, host_id)
-                memo[host_id] = value
-            # eligible hosts are in host id order and the sort is stable
-            found = tuple(sorted(self.eligible[model_id], key=lambda h: -memo[h][0][1]))
+            if self.profiles[model_id].pins:
+                found = self._ordered_pinned(model_id)
+            else:
+                found = self._ordered_by_alike(model_id)
             self._ordered[model_id] = found
         return found
 
+    def _ordered_by_alike(self, model_id: str) -> tuple[str, ...]:
+        """``ordered_hosts`` of an unpinned model: every member of one group of alike hosts
+        (one score shape, one static class, so equally eligible) not special to the model
+        shares one static score, computed once; special hosts are scored one by one."""
+        memo = self._static[model_id]
+        special = self._special[model_id]
+        eligible = self.eligible_set[model_id]
+        by_score: dict[float, list[str]] = {}
+        merged: set[float] = set()  # scores shared by several groups: their hosts need a sort
+        for members in self.alike_groups:
+            if members[0] not in eligible:
+                continue
+            plain = [h for h in members if h not in special] if special else members
+            if not plain:
+                continue
+            value = memo.get(plain[0]) or self._static_score(model_id, plain[0])
+            memo.update(dict.fromkeys(plain, value))
+            _add_ranked(by_score, merged, value[0][1], plain)
+        for host_id in sorted(special & eligible):
+            value = memo.get(host_id) or self._static_score(model_id, host_id)
+            memo[host_id] = value
+            _add_ranked(by_score, merged, value[0][1], [host_id])
+        ranked: list[str] = []
+        for score in sorted(by_score, reverse=True):
+            hosts = by_score[score]
+            if score in merged:
+                hosts.sort()
+            ranked.extend(hosts)
+        return tuple(ranked)
+
+    def _ordered_pinned(self, model_id: str) -> tuple[str, ...]:
+        """``ordered_hosts`` host by host: a pinned model's few eligible hosts."""
+        memo = self._static[model_id]
+        for host_id in self.eligible[model_id]:
+            if host_id not in memo:
+                memo[host_id] = self._static_score(model_id, host_id)
+        # eligible hosts are in host id order and the sort is stable
+        return tuple(sorted(self.eligible[model_id], key=lambda h: -memo[h][0][1]))
+
     def new_footprint(self, model_id: str, host_id: str) -> int | None:
         """The memory a new replica takes on the host, None where no runtime fits."""
-        key = (model_id, self.static.shape_of[host_id])
-        if key in self._footprint:
-            return self._footprint[key]
+        by_shape = self.footprints(model_id)
+        shape = self.static.shape_of[host_id]
+        if shape in by_shape:
+            return by_shape[shape]
         choice = self.new_runtime(model_id, host_id)
-        found = self._footprint[key] = None if choice is None else choice[1]
+        found = by_shape[shape] = None if choice is None else choice[1]
+        return found
+
+    def footprints(self, model_id: str) -> dict[int, int | None]:
+        """``new_footprint``'s memo of the model: footprints by host shape so far."""
+        found = self._footprint.get(model_id)
+        if found is None:
+            found = self._footprint[model_id] = {}
         return found
 
     def new_runtime(self, model_id: str, host_id: str) -> tuple[str, int] | None:
@@ -330,3 +362,15 @@ class Workspace:
 
     def priority(self, model_id: str) -> int:
         return self.profiles[model_id].priority
+
+
+def _add_ranked(
+    by_score: dict[float, list[str]], merged: set[float], score: float, hosts: list[str]
+) -> None:
+    """File hosts under their static score (a dict of lists, for ``ordered_hosts``)."""
+    found = by_score.get(score)
+    if found is None:
+        by_score[score] = list(hosts)
+    else:
+        found.extend(hosts)
+        merged.add(score)
