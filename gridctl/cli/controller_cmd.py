@@ -156,6 +156,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="periodic reconciliation interval (default 2)",
     )
     parser.add_argument(
+        "--plan-in-process",
+        action="store_true",
+        help="plan on the tick thread instead of in a worker process (the worker keeps "
+        "planning from delaying heartbeats on large fleets; this saves its memory on "
+        "small ones)",
+    )
+    parser.add_argument(
         "--store",
         metavar="URL",
         default=None,
@@ -258,6 +265,7 @@ def run(args: argparse.Namespace) -> int:
                 host=host,
                 port=port,
                 tick_interval=args.tick_interval,
+                plan_in_worker=not args.plan_in_process,
                 source=source,
                 store=shared,
                 advertise_url=args.advertise,

@@ -154,6 +154,9 @@ class Controller:
         # (the tick loop's period); older plans are re-made, as time moves their inputs
         self.cover_seconds = 2.0
         self._planned_at: float | None = None  # ``now`` of the last tick's inputs
+        # what turns a tick's inputs into its decision: in this thread by default, in a
+        # worker process when the service runs one (``tickworker.ProcessTicks``)
+        self.compute: Callable[[TickInputs], TickOutcome] = compute_tick
         # called (from any thread) whenever the processed revision advances
         self.revision_listeners: list[Callable[[], None]] = []
         self._mode: tuple[Mode, str | None] | None = None  # effective mode, refreshed by ticks
@@ -579,7 +582,7 @@ class Controller:
             if desired is None:
                 raise RuntimeError("no valid desired state yet")
             inputs = self.gather(desired, self.clock(), preview=True)
-            return inputs, compute_tick(inputs)
+            return inputs, self.compute(inputs)
 
     def approved_actions(self, desired: DesiredState, mode: Mode) -> frozenset[str]:
         """The action ids of the saved plan applied in recommend mode for ``desired``."""
@@ -599,7 +602,7 @@ class Controller:
         if not self.is_follower():
             self._rebase_after_clock_step(now)
         inputs = self.gather(desired, now, preview=False)
-        self._commit(inputs, compute_tick(inputs))
+        self._commit(inputs, self.compute(inputs))
         self._planned_at = inputs.now  # a failed tick covers nothing
 
     def _rebase_after_clock_step(self, now: float) -> None:

@@ -35,6 +35,8 @@ from gridctl.controller.routerkeys import guard_router_route, serving_names
 from gridctl.controller.statusdoc import model_rows
 from gridctl.controller.stores import DEFAULT_LEASE_SECONDS
 from gridctl.controller.stores.opening import open_lease, open_store
+from gridctl.controller.ticking import compute_tick
+from gridctl.controller.tickworker import ProcessTicks
 
 if TYPE_CHECKING:
     from gridctl.controller.stores.postgres import PostgresLocation
@@ -69,6 +71,7 @@ class ServiceOptions:
     port: int = 22100
     tick_interval: float = 2.0
     probe_interval: float = 2.0
+    plan_in_worker: bool = False  # compute ticks in a child process (``tickworker``)
     clock: Callable[[], float] = time.time
     upstream_transport: httpx.AsyncBaseTransport | None = None
     extra_warnings: list[str] = field(default_factory=list)
@@ -156,7 +159,9 @@ class ControllerService:
             lease=self.lease,
             warnings=list(options.extra_warnings),
         )
-        self.controller.cover_seconds = options.tick_interval
+        # an unchanged heartbeat is covered by a plan at most two periods old: the periodic
+        # tick is due within one period of the last and may take part of another
+        self.controller.cover_seconds = 2 * options.tick_interval
         self.tap = TelemetryTap()
         self.tap.add(self.controller.demand.observe)
         self.tap.add(self._demand_arrived)
@@ -171,6 +176,7 @@ class ControllerService:
         self._engine_context: ssl.SSLContext | None = None
         self._server_config: uvicorn.Config | None = None
         self._reasons: dict[str, str] | None = None  # model -> why it has no ready replica
+        self.ticks: ProcessTicks | None = None  # the planning process, while serving
 
     def _api_desired(self, clock: Callable[[], float]) -> ApiDesired:
         """Profiles managed over the API, restored from the store after a restart."""
@@ -278,11 +284,17 @@ class ControllerService:
     # -- loops ---------------------------------------------------------------------
 
     def _tick_loop(self) -> None:
+        """Tick when an input dirtied the plan, and at least once per period, counted from
+        the start of the last tick (so a long tick does not stretch the period)."""
+        started = time.monotonic()
         while not self._stop.is_set():
-            self.controller.wake.wait(self.options.tick_interval)
+            due = self.options.tick_interval - (time.monotonic() - started)
+            if due > 0:
+                self.controller.wake.wait(due)
             self.controller.wake.clear()
             if self._stop.is_set():
                 break
+            started = time.monotonic()
             self.controller.tick()
 
     def _renew_loop(self) -> None:
@@ -434,6 +446,8 @@ class ControllerService:
 
         @contextlib.asynccontextmanager
         async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+            if self.options.plan_in_worker:
+                await asyncio.to_thread(self._start_planning_process)
             self._stop.clear()
             self._tick_thread = threading.Thread(
                 target=self._tick_loop, name="gridctl-tick", daemon=True
@@ -454,6 +468,7 @@ class ControllerService:
             finally:
                 stop_watch.set()
                 self.stop_ticking()
+                await asyncio.to_thread(self._stop_planning_process)
                 for task in tasks:
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
@@ -462,9 +477,22 @@ class ControllerService:
         app.router.lifespan_context = lifespan
         return app
 
+    def _start_planning_process(self) -> None:
+        self.ticks = ProcessTicks()
+        pid = self.ticks.start()
+        self.controller.compute = self.ticks
+        log.info("planning in process %d", pid)
+
+    def _stop_planning_process(self) -> None:
+        ticks, self.ticks = self.ticks, None
+        if ticks is not None:
+            self.controller.compute = compute_tick
+            ticks.close()
+
     def run(self) -> None:
-        # the tick thread holds the interpreter lock for whole planning passes; a short
-        # switch interval hands it back to the serving loop soon after each socket read
+        # the tick thread holds the interpreter lock while it gathers inputs and commits
+        # (and for whole planning passes when it plans in process); a short switch
+        # interval hands it back to the serving loop soon after each socket read
         sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
         ssl_files: dict[str, Any] = {}
         if self.tls_enabled:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from gridctl.controller.demandbook import portfolio_inputs
 from gridctl.controller.overlays import with_pending_work
 from gridctl.demand import DemandPicture
-from gridctl.domain import DesiredState, FleetSnapshot, Mode, ModelProfile, Plan
+from gridctl.domain import DesiredState, FleetSnapshot, Mode, ModelDemand, ModelProfile, Plan
 from gridctl.planner.portfolio import plan_portfolio
 from gridctl.planner.portfolio_types import PortfolioResult
 from gridctl.reconcile import (
@@ -101,4 +101,10 @@ def compute_tick(inputs: TickInputs) -> TickOutcome:
     return TickOutcome(plan, result, snapshot, portfolio, retired, tombstoned)
 
 
-__all__ = ["TickInputs", "TickOutcome", "compute_tick"]
+def planned_snapshot(inputs: TickInputs, demand: tuple[ModelDemand, ...]) -> FleetSnapshot:
+    """The snapshot ``compute_tick`` planned on, rebuilt from its inputs and the demand the
+    portfolio settled on (a tick computed elsewhere sends back only the decision)."""
+    return replace(with_pending_work(inputs.observed, inputs.pending, inputs.now), demand=demand)
+
+
+__all__ = ["TickInputs", "TickOutcome", "compute_tick", "planned_snapshot"]

@@ -85,7 +85,7 @@ async def test_an_old_plan_does_not_cover_a_heartbeat(quiet: Any) -> None:
         await host.register()
         ctl.tick()
         ctl.wake.clear()
-        clock.now += service.options.tick_interval + 0.5  # time moved the plan's inputs
+        clock.now += ctl.cover_seconds + 0.5  # time moved the plan's inputs
         await host.heartbeat(request_commands=False)
         assert ctl.wake.is_set()
         assert ctl.revisions["processed"] < ctl.revisions["dirty"]

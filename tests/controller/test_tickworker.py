@@ -1,0 +1,134 @@
+"""Planning in a worker process: the same decision as on the tick thread, a lost worker
+fails one tick and the next recovers, and the worker does not outlive its controller."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import psutil
+import pytest
+
+from gridctl.controller.ticking import compute_tick
+from gridctl.controller.tickworker import ProcessTicks, TickWorkerLost
+from tests.controller.test_heartbeat_scale import node, quiet  # noqa: F401  (a fixture)
+
+pytestmark = pytest.mark.anyio
+DEADLINE = 60.0
+
+
+def wait_gone(pid: int) -> bool:
+    end = time.monotonic() + DEADLINE
+    while time.monotonic() < end:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+async def fleet_inputs(service: Any, client: Any, clock: Any, hosts: int = 6) -> Any:
+    ctl = service.controller
+    for i in range(hosts):
+        await node(service, client, clock, i).register()
+    return ctl.gather(ctl.desired.current, clock(), preview=False)
+
+
+async def test_the_worker_decides_exactly_what_the_tick_thread_decides(
+    quiet: Any,  # noqa: F811
+) -> None:
+    service, client, clock = quiet
+    ctl = service.controller
+    ticks = ProcessTicks()
+    try:
+        async with client:
+            inputs = await fleet_inputs(service, client, clock)
+            here = compute_tick(inputs)
+            there = ticks(inputs)
+            assert there == here
+            assert here.result.enqueue  # a decision with actions in it, not an empty one
+            ctl.compute = ticks
+            record = ctl.tick()
+            assert record.ok, record.error
+            assert ctl.last_plan == here.plan
+    finally:
+        ticks.close()
+
+
+async def test_a_killed_worker_fails_one_tick_and_the_next_starts_another(
+    quiet: Any,  # noqa: F811
+) -> None:
+    service, client, clock = quiet
+    ctl = service.controller
+    ticks = ProcessTicks()
+    try:
+        async with client:
+            await fleet_inputs(service, client, clock)
+            first = ticks.start()
+            ctl.compute = ticks
+            os.kill(first, signal.SIGKILL)
+            assert wait_gone(first)
+            processed = ctl.revisions["processed"]
+            record = ctl.tick()
+            assert not record.ok
+            assert record.error is not None and "planning process exited" in record.error
+            assert ctl.revisions["success"] < ctl.revisions["dirty"]  # covered nothing
+            assert ctl.revisions["processed"] >= processed
+            assert ticks.restarts == 1
+            record = ctl.tick()
+            assert record.ok, record.error
+            assert ctl.revisions["success"] == ctl.revisions["dirty"]
+            second = ticks.start()
+            assert second != first
+    finally:
+        ticks.close()
+
+
+def test_a_lost_worker_is_named_when_called_directly() -> None:
+    ticks = ProcessTicks()
+    try:
+        pid = ticks.start()
+        os.kill(pid, signal.SIGKILL)
+        assert wait_gone(pid)
+        with pytest.raises(TickWorkerLost, match="planning process exited"):
+            ticks(None)  # type: ignore[arg-type]  # never reaches the worker
+    finally:
+        ticks.close()
+
+
+PARENT = """
+import sys
+from gridctl.controller.tickworker import ProcessTicks
+
+if __name__ == "__main__":
+    ticks = ProcessTicks()
+    print(ticks.start(), flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_the_worker_exits_when_its_controller_is_killed(tmp_path: Any) -> None:
+    script = tmp_path / "parent.py"
+    script.write_text(PARENT)
+    parent = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert parent.stdout is not None
+        worker = int(parent.stdout.readline())
+        assert psutil.Process(worker).ppid() == parent.pid
+        parent.kill()
+        parent.wait(timeout=DEADLINE)
+        assert wait_gone(worker), f"worker {worker} outlived its SIGKILLed parent"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
