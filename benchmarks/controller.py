@@ -2,28 +2,40 @@
 
 One run starts a real ``gridctl controller`` process on loopback (a watched directory
 of model profiles, automatic mode, a state directory) and, for each fleet size, load
-generator processes (asyncio + httpx) that each simulate a share of the hosts. Every
-simulated host holds its own credential, issued with the controller's signing key as
-``gridctl up`` issues them to its local nodes, and its own keep-alive connection. It
-registers with the payload a real node sends (``gridctl.node.reports``), then every
-5 s sends a lease heartbeat (``request_commands: false``, carrying its receipts) and a
-control heartbeat (``request_commands: true``), executes the commands it receives at
-once (load -> cached, warm -> ready with an endpoint, drain, unload, evict) and
-acknowledges them in the next lease heartbeat. A tiny engine process answers the
-controller's ``/health`` probes, so warmed replicas become routable as real ones do.
+generator processes that each simulate a share of the hosts. Every simulated host
+holds its own credential, issued with the controller's signing key as ``gridctl up``
+issues them to its local nodes, and its own keep-alive HTTP/1.1 connection. It
+registers with the payload a real node sends (built with ``gridctl.node.reports``),
+then every 5 s sends a lease heartbeat (``request_commands: false``) and a control
+heartbeat (``request_commands: true``), each carrying the receipts not yet
+acknowledged, as the node agent does. It executes the commands it receives at once
+(load -> cached, warm -> ready with an endpoint, drain, unload, evict) and, like the
+agent, starts its next round as soon as an action ends. A tiny engine process
+answers the controller's ``/health`` probes, so warmed replicas become routable as
+real ones do.
 
-Each size runs a warm-up (registration and convergence), a steady window, and a burst
-window of the same length in which 50 concurrent chat requests for a configured model
-that has no ready replica (it requires a tag no host has) go through the router every
-5 s. It prints, per window: offered and served heartbeats (a heartbeat is offered when
-its 5 s slot falls in the window; a slot a late host could not send is offered and not
-served), p50/p99 per heartbeat kind, errors, the controller's CPU (psutil, share of one
-core), the generators' CPU and the load average, then the burst's effect on heartbeat
-p99. The machine is shared: a loaded machine inflates every latency here, so the load
-average is printed beside the numbers.
+The simulated hosts are cheap so that the generators leave the controller its CPU:
+a heartbeat is serialised once per change of the host's state and its per-beat
+fields filled in (``simhosts``); the client is a small HTTP/1.1 keep-alive client
+under uvloop (``loadgen``). Like the agent, a lease heartbeat whose connection is
+reset under it is sent once more.
+
+Each size waits for registration and convergence (every host registered, no command
+pending or proposed; a generous deadline, with a note when it is not met), then runs
+a steady window, and a burst window of the same length in which 50 concurrent chat
+requests for a configured model that has no ready replica (it requires a tag no
+host has) go through the router every 5 s. It prints, per window: offered and served
+heartbeats (a heartbeat is offered when its round starts in the window; a slot a late
+host could not send is offered and not served), p50/p99 per heartbeat kind, errors by
+kind, the controller's CPU (psutil, share of one core), the generators' CPU per
+heartbeat and event-loop lag, and the load average; then the burst's effect on
+heartbeat p99 against the steady window of the same run. The machine is shared: a
+loaded machine inflates every latency here, so the load average is printed beside the
+numbers.
 
     python benchmarks/controller.py [--hosts 100,1000,2000] [--duration SECONDS]
-                                    [--warmup SECONDS] [--burst N] [--processes P]
+                                    [--warmup SECONDS] [--converge SECONDS]
+                                    [--burst N] [--processes P] [--loop uvloop|asyncio]
 
 The default is a short run (100 hosts, 15 s windows).
 
@@ -39,30 +51,24 @@ import asyncio
 import contextlib
 import json
 import os
-import random
 import socket
-import ssl
 import subprocess
 import sys
 import tempfile
 import textwrap
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psutil
+from loadgen import INTERVAL, KINDS, WARMUP, Phase, run_generator
+from simhosts import MEMORY_MB, SHA, SimHost
 
-INTERVAL = 5.0  # the node agent's heartbeat period
 MODELS = 8
 REPLICAS = 2
-MEMORY_MB = 640
 UNPLACEABLE = "unplaceable"
-SHA = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
-NODE_TOKEN_HEADER = "X-Grid-Allocator-Node-Token"
-REQUEST_TIMEOUT = 30.0  # the node agent's request timeout
-KINDS = ("lease", "control")
 
 
 def free_port() -> int:
@@ -86,7 +92,7 @@ def wait_healthy(url: str, proc: subprocess.Popen[bytes], deadline: float = 120.
 # --- the desired state ------------------------------------------------------------------
 
 
-def write_desired(directory: Path) -> None:
+def write_desired(directory: Path, models: int = MODELS, replicas: int = REPLICAS) -> None:
     directory.mkdir(parents=True)
     (directory / "policy.yaml").write_text(
         textwrap.dedent("""\
@@ -99,7 +105,7 @@ def write_desired(directory: Path) -> None:
             """)
     )
     docs = []
-    for index in range(MODELS):
+    for index in range(models):
         docs.append(
             textwrap.dedent(f"""\
                 apiVersion: gridctl/v1
@@ -108,8 +114,8 @@ def write_desired(directory: Path) -> None:
                 spec:
                   memory_mb: {MEMORY_MB}
                   artifact: {{sha256: {SHA}}}
-                  min_replicas: {REPLICAS}
-                  max_replicas: {REPLICAS}
+                  min_replicas: {replicas}
+                  max_replicas: {replicas}
                 """)
         )
     docs.append(
@@ -129,275 +135,10 @@ def write_desired(directory: Path) -> None:
     (directory / "models.yaml").write_text("---\n".join(docs))
 
 
-# --- a simulated host --------------------------------------------------------------------
-
-
-@dataclass
-class Phase:
-    name: str
-    start: float
-    end: float
-
-
-@dataclass
-class Tally:
-    """What one window saw, per heartbeat kind."""
-
-    offered: int = 0
-    served: int = 0
-    latencies: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in KINDS})
-    errors: dict[str, int] = field(default_factory=dict)
-
-    def error(self, what: str) -> None:
-        self.errors[what] = self.errors.get(what, 0) + 1
-
-
-@dataclass
-class SimHost:
-    host_id: str
-    token: str
-    health_url: str
-    index: int
-    cached: dict[str, str] = field(default_factory=dict)
-    ready: dict[str, float] = field(default_factory=dict)  # model -> loaded_at
-    draining: set[str] = field(default_factory=set)
-    receipts: list[dict[str, Any]] = field(default_factory=list)
-    executed: set[str] = field(default_factory=set)
-
-    def _parts(self) -> tuple[Any, Any, dict[str, object]]:
-        from gridctl.domain.states import HostState, ResidencyState
-        from gridctl.node import reports
-        from gridctl.node.records import CachedArtifact, ResidencyRecord
-
-        now = time.time()
-        facts = reports.HostFacts(
-            host_id=self.host_id,
-            capacity_mb=4096,
-            failure_domain=f"zone-{self.index % 16}",
-            tags=("bench",),
-            external_mb=0,
-        )
-        sample = reports.ResourceSample(
-            total_mb=8192,
-            available_mb=6144,
-            managed_rss_mb=0,
-            disk_free_mb=100_000,
-            disk_total_mb=200_000,
-        )
-        records = [
-            ResidencyRecord(
-                model_id=model,
-                state=ResidencyState.DRAINING if model in self.draining else ResidencyState.READY,
-                memory_mb=MEMORY_MB,
-                artifact_sha256=self.cached.get(model, SHA),
-                port=20000 + n,
-                pid=100_000 + n,
-                loaded_at=loaded_at,
-            )
-            for n, (model, loaded_at) in enumerate(sorted(self.ready.items()))
-        ]
-        cached = [
-            CachedArtifact(model, sha, f"/cache/{sha}", 300_000_000, cached_at=now - 60)
-            for model, sha in sorted(self.cached.items())
-        ]
-        envelope = reports.allocator_envelope(
-            HostState.ACCEPTING,
-            records,
-            cached,
-            now,
-            endpoint_of=lambda r: f"{self.health_url}/{self.host_id}/{r.model_id}",
-            engine_api_key=f"engine-key-{self.host_id}",
-            max_concurrency=2,
-        )
-        return facts, sample, envelope
-
-    def registration(self) -> bytes:
-        from gridctl.node import reports
-
-        facts, sample, envelope = self._parts()
-        return json.dumps(
-            reports.registration(facts, sample, envelope, sorted(self.ready))
-        ).encode()
-
-    def heartbeat(self, *, request_commands: bool, receipts: list[dict[str, Any]]) -> bytes:
-        from gridctl.node import reports
-
-        facts, sample, envelope = self._parts()
-        body = {
-            "node_id": self.host_id,
-            "load": {"active_tasks": 0, "queue_depth": 0},
-            "resources": reports.resources(facts, sample),
-            "allocator": envelope,
-            "request_commands": request_commands,
-            "acknowledgements": receipts,
-        }
-        return json.dumps(body).encode()
-
-    def execute(self, command: dict[str, Any]) -> None:
-        """Commands finish at once; each is acknowledged in the next lease heartbeat."""
-        action_id = str(command["action_id"])
-        if action_id in self.executed:
-            return  # a re-delivered command is harmless
-        self.executed.add(action_id)
-        kind, model = command["kind"], command["model_id"]
-        if kind == "load":
-            self.cached[model] = str(command.get("artifact_sha256") or SHA)
-        elif kind == "warm":
-            self.ready[model] = time.time()
-            self.draining.discard(model)
-        elif kind == "drain":
-            self.draining.add(model)
-        elif kind == "unload":
-            self.ready.pop(model, None)
-            self.draining.discard(model)
-        elif kind == "evict":
-            self.cached.pop(model, None)
-        self.receipts.append(
-            {
-                "action_id": action_id,
-                "status": "succeeded",
-                "message": kind,
-                "duration_seconds": 0.01,
-                "artifact_fetched": kind == "load",
-            }
-        )
-
-
-async def post(
-    client: httpx.AsyncClient, method: str, path: str, body: bytes, token: str
-) -> httpx.Response:
-    return await client.request(
-        method,
-        path,
-        content=body,
-        headers={NODE_TOKEN_HEADER: token, "content-type": "application/json"},
-    )
-
-
-def window_of(phases: list[Phase], at: float) -> Tally | None:
-    for phase in phases:
-        if phase.start <= at < phase.end:
-            return TALLIES[phase.name]
-    return None
-
-
-TALLIES: dict[str, Tally] = {}
-
-
-async def host_loop(
-    host: SimHost,
-    url: str,
-    verify: ssl.SSLContext,
-    first_slot: float,
-    phases: list[Phase],
-    end: float,
-) -> None:
-    """Register, then a lease and a control heartbeat every 5 s until ``end``."""
-    async with httpx.AsyncClient(
-        base_url=url, timeout=REQUEST_TIMEOUT, verify=verify, trust_env=False
-    ) as client:
-        registered = False
-        slot = first_slot
-        while slot < end:
-            delay = slot - time.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tally = window_of(phases, slot)
-            if tally is not None:
-                tally.offered += 2
-            try:
-                if not registered:
-                    answer = await post(
-                        client, "PUT", f"/nodes/{host.host_id}", host.registration(), host.token
-                    )
-                    if answer.status_code != 200:
-                        raise RuntimeError(f"registration HTTP {answer.status_code}")
-                    registered = True
-                sent = list(host.receipts)
-                for kind in KINDS:
-                    control = kind == "control"
-                    body = host.heartbeat(
-                        request_commands=control, receipts=[] if control else sent
-                    )
-                    started = time.perf_counter()
-                    response = await post(
-                        client, "POST", f"/nodes/{host.host_id}/heartbeat", body, host.token
-                    )
-                    took = (time.perf_counter() - started) * 1000
-                    if response.status_code != 200:
-                        if tally is not None:
-                            tally.error(f"{kind} HTTP {response.status_code}")
-                        if response.status_code in (400, 404, 409):
-                            registered = False
-                        break
-                    if tally is not None:
-                        tally.served += 1
-                        tally.latencies[kind].append(took)
-                    if not control:
-                        done = {r["action_id"] for r in sent}
-                        host.receipts = [r for r in host.receipts if r["action_id"] not in done]
-                        continue
-                    for command in response.json()["allocator"]["commands"]:
-                        host.execute(command)
-            except (httpx.HTTPError, RuntimeError, ValueError, KeyError) as exc:
-                if tally is not None:
-                    tally.error(type(exc).__name__)
-            slot += INTERVAL
-            while slot + INTERVAL < time.time():  # a host this late skips a slot
-                missed = window_of(phases, slot)
-                if missed is not None:
-                    missed.offered += 2
-                slot += INTERVAL
-
-
-async def lag_probe(end: float, out: list[float]) -> None:
-    """How late this generator's own event loop runs (it inflates every latency)."""
-    while time.time() < end:
-        started = time.perf_counter()
-        await asyncio.sleep(0.05)
-        out.append((time.perf_counter() - started - 0.05) * 1000)
-
-
-async def generate(spec: dict[str, Any]) -> dict[str, Any]:
-    phases = [Phase(**p) for p in spec["phases"]]
-    for phase in phases:
-        TALLIES[phase.name] = Tally()
-    verify = ssl.create_default_context()  # one context for every client (plain HTTP)
-    ramp_start, end = float(spec["ramp_start"]), float(spec["end"])
-    lags: list[float] = []
-    tasks = [asyncio.create_task(lag_probe(end, lags))]
-    rng = random.Random(spec["seed"])
-    for entry in spec["hosts"]:
-        host = SimHost(entry["host_id"], entry["token"], spec["health_url"], entry["index"])
-        first = ramp_start + rng.uniform(0, INTERVAL)
-        tasks.append(asyncio.create_task(host_loop(host, spec["url"], verify, first, phases, end)))
-    await asyncio.gather(*tasks)
-    return {
-        "tallies": {
-            name: {
-                "offered": t.offered,
-                "served": t.served,
-                "latencies": t.latencies,
-                "errors": t.errors,
-            }
-            for name, t in TALLIES.items()
-        },
-        "lag_p99_ms": percentile(lags, 99),
-    }
-
-
-def run_generator(spec_path: Path) -> int:
-    spec = json.loads(spec_path.read_text())
-    result = asyncio.run(generate(spec))
-    Path(spec["out"]).write_text(json.dumps(result))
-    return 0
-
-
 # --- the engine answering the controller's probes -------------------------------------
 
 
-def run_engine(port: int) -> int:
-    import uvicorn
+def engine_app() -> Any:
     from starlette.applications import Starlette
     from starlette.responses import JSONResponse
     from starlette.routing import Route
@@ -405,8 +146,13 @@ def run_engine(port: int) -> int:
     async def health(_request: Any) -> JSONResponse:
         return JSONResponse({"status": "ok"})
 
-    app = Starlette(routes=[Route("/e/{rest:path}", health, methods=["GET"])])
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+    return Starlette(routes=[Route("/e/{rest:path}", health, methods=["GET"])])
+
+
+def run_engine(port: int) -> int:
+    import uvicorn
+
+    uvicorn.run(engine_app(), host="127.0.0.1", port=port, log_level="warning")
     return 0
 
 
@@ -432,9 +178,9 @@ class Controller:
         return float(times.user + times.system)
 
 
-def spawn(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
+def spawn(argv: list[str], log: Path, *, stdin: int | None = None) -> subprocess.Popen[bytes]:
     with log.open("ab") as sink:
-        return subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT)
+        return subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, stdin=stdin)
 
 
 def start_controller(root: Path) -> Controller:
@@ -503,48 +249,123 @@ async def burst_loop(url: str, window: Phase, size: int, out: list[tuple[int, fl
             at += INTERVAL
 
 
+@dataclass(frozen=True)
+class Progress:
+    """How far the fleet is, from the controller's status document."""
+
+    hosts: int = 0  # registered
+    ready: int = 0  # routable replicas
+    missing: int = 0  # replicas the plan wants and has not got, constraints permitting
+    pending: int = 0  # commands queued or delivered and not acknowledged
+    proposed: int = 0  # actions the last pass proposed or deferred
+
+    @classmethod
+    def of(cls, status: dict[str, Any]) -> Progress:
+        reconciliation = status.get("reconciliation") or {}
+        models = status.get("models") or []
+        return cls(
+            hosts=len(status.get("hosts") or []),
+            ready=sum(int(m.get("ready") or 0) for m in models),
+            missing=sum(int(m.get("missing") or 0) for m in models if not m.get("unmet")),
+            pending=len(status.get("pending_commands") or []),
+            proposed=len(reconciliation.get("actions") or [])
+            + len(reconciliation.get("deferred") or []),
+        )
+
+    def converged(self, hosts: int) -> bool:
+        return self.hosts == hosts and not (self.missing or self.pending or self.proposed)
+
+    def describe(self) -> str:
+        return (
+            f"{self.hosts} hosts registered, {self.ready} replicas ready, {self.missing} "
+            f"missing, {self.pending} commands pending, {self.proposed} actions proposed"
+        )
+
+
+@dataclass(frozen=True)
+class Convergence:
+    """What the controller's status said when the warm-up ended."""
+
+    converged: bool
+    seconds: float  # from the first registration slot
+    progress: Progress
+
+
+async def converge(
+    url: str, hosts: int, ramp_start: float, least: float, most: float
+) -> Convergence:
+    """Wait until every host registered, every replica the plan wants is ready and
+    nothing is pending or proposed, seen on two polls in a row (a tick apart), and at
+    least ``least`` seconds passed; give up after ``most`` seconds."""
+    seen = 0
+    progress = Progress()
+    async with httpx.AsyncClient(base_url=url, timeout=60.0) as client:
+        while True:
+            await asyncio.sleep(2.0)
+            elapsed = time.time() - ramp_start
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                progress = Progress.of((await client.get("/allocator/status")).json())
+            seen = seen + 1 if progress.converged(hosts) else 0
+            if seen >= 2 and elapsed >= least:
+                return Convergence(True, elapsed, progress)
+            if elapsed >= most:
+                return Convergence(False, elapsed, progress)
+
+
 @dataclass
 class Window:
     offered: int
     served: int
     latencies: dict[str, list[float]]
     errors: dict[str, int]
+    resent: int
+    lags: list[float]
     ctl_cpu: float  # share of one core
-    gen_cpu: float
+    gen_cpu: float  # share of one core
+    seconds: float
     load: tuple[float, float, float]
 
 
-Merged = tuple[int, int, dict[str, list[float]], dict[str, int]]
-
-
-def merge(results: list[dict[str, Any]], name: str) -> Merged:
-    offered = served = 0
-    latencies: dict[str, list[float]] = {k: [] for k in KINDS}
-    errors: dict[str, int] = {}
+def merge(results: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    merged: dict[str, Any] = {
+        "offered": 0,
+        "served": 0,
+        "latencies": {k: [] for k in KINDS},
+        "errors": {},
+        "resent": 0,
+        "lags": [],
+    }
     for result in results:
-        tally = result["tallies"][name]
-        offered += tally["offered"]
-        served += tally["served"]
+        tally = result["tallies"].get(name)
+        if tally is None:
+            continue
+        for key in ("offered", "served", "resent"):
+            merged[key] += tally[key]
         for kind in KINDS:
-            latencies[kind].extend(tally["latencies"][kind])
+            merged["latencies"][kind].extend(tally["latencies"][kind])
         for what, count in tally["errors"].items():
-            errors[what] = errors.get(what, 0) + count
-    return offered, served, latencies, errors
+            merged["errors"][what] = merged["errors"].get(what, 0) + count
+        merged["lags"].extend(tally["lags"])
+    return merged
+
+
+@dataclass
+class SizeResult:
+    hosts: int
+    processes: int
+    convergence: Convergence
+    windows: dict[str, Window]
+    burst: list[tuple[int, float]]
+    connects: int
+    warmup: dict[str, Any]  # the merged warm-up tally (no latencies reported)
 
 
 def run_size(
     ctl: Controller, health_url: str, hosts: int, args: argparse.Namespace, root: Path, offset: int
-) -> dict[str, Window]:
-    processes = args.processes or max(1, min(4, -(-hosts // 500)))
+) -> SizeResult:
+    processes = args.processes or max(1, -(-hosts // 1000))
     creds = credentials(ctl.state, hosts, offset)
-    now = time.time()
-    ramp_start = now + 2.0
-    steady_start = ramp_start + args.warmup
-    phases = [
-        Phase("steady", steady_start, steady_start + args.duration),
-        Phase("burst", steady_start + args.duration, steady_start + 2 * args.duration),
-    ]
-    end = phases[-1].end
+    ramp_start = time.time() + 2.0
     generators: list[tuple[subprocess.Popen[bytes], Path]] = []
     for n in range(processes):
         out = root / f"gen-{hosts}-{n}.json"
@@ -552,17 +373,16 @@ def run_size(
             "url": ctl.url,
             "health_url": health_url,
             "hosts": creds[n::processes],
-            "phases": [vars(p) for p in phases],
             "ramp_start": ramp_start,
-            "end": end,
+            "deadline": ramp_start + args.converge + 2 * args.duration + 60,
             "seed": hosts * 10 + n,
+            "loop": args.loop,
             "out": str(out),
         }
         spec_path = root / f"gen-{hosts}-{n}.spec.json"
         spec_path.write_text(json.dumps(spec))
-        proc = spawn(
-            [sys.executable, __file__, "--generator", str(spec_path)], root / "generators.log"
-        )
+        argv = [sys.executable, __file__, "--generator", str(spec_path)]
+        proc = spawn(argv, root / "generators.log", stdin=subprocess.PIPE)
         generators.append((proc, out))
     gen_procs = [psutil.Process(p.pid) for p, _ in generators]
 
@@ -575,9 +395,26 @@ def run_size(
         return total
 
     samples: dict[str, tuple[float, float, float]] = {}
+    loads: dict[str, tuple[float, float, float]] = {}
+    phases: list[Phase] = []
 
-    async def drive() -> list[tuple[int, float]]:
+    async def drive() -> tuple[Convergence, list[tuple[int, float]]]:
+        reached = await converge(ctl.url, hosts, ramp_start, args.warmup, args.converge)
+        # one full round of every host after convergence before the steady window
+        steady_start = time.time() + INTERVAL
+        phases.extend(
+            [
+                Phase("steady", steady_start, steady_start + args.duration),
+                Phase("burst", steady_start + args.duration, steady_start + 2 * args.duration),
+            ]
+        )
+        message = (json.dumps({"phases": [vars(p) for p in phases]}) + "\n").encode()
+        for proc, _ in generators:
+            assert proc.stdin is not None
+            proc.stdin.write(message)
+            proc.stdin.flush()
         burst: list[tuple[int, float]] = []
+        task: asyncio.Task[None] | None = None
         for phase in phases:
             await asyncio.sleep(max(0.0, phase.start - time.time()))
             samples[phase.name + ".start"] = (time.monotonic(), ctl.cpu_seconds(), gen_cpu())
@@ -585,33 +422,38 @@ def run_size(
                 task = asyncio.create_task(burst_loop(ctl.url, phase, args.burst, burst))
             await asyncio.sleep(max(0.0, phase.end - time.time()))
             samples[phase.name + ".end"] = (time.monotonic(), ctl.cpu_seconds(), gen_cpu())
-            samples[phase.name + ".load"] = os.getloadavg()
-        if args.burst > 0:
+            loads[phase.name] = os.getloadavg()
+        if task is not None:
             await task
-        return burst
+        return reached, burst
 
-    burst = asyncio.run(drive())
+    try:
+        reached, burst = asyncio.run(drive())
+    finally:
+        for proc, _ in generators:
+            if proc.stdin is not None:
+                proc.stdin.close()  # EOF: a generator not yet told its windows stops
     results = []
     for proc, out in generators:
         proc.wait(timeout=args.duration + 120)
         results.append(json.loads(out.read_text()))
     windows: dict[str, Window] = {}
     for phase in phases:
-        offered, served, latencies, errors = merge(results, phase.name)
+        merged = merge(results, phase.name)
         t0, c0, g0 = samples[phase.name + ".start"]
         t1, c1, g1 = samples[phase.name + ".end"]
         windows[phase.name] = Window(
-            offered,
-            served,
-            latencies,
-            errors,
-            (c1 - c0) / (t1 - t0),
-            (g1 - g0) / (t1 - t0),
-            samples[phase.name + ".load"],
+            **merged,
+            ctl_cpu=(c1 - c0) / (t1 - t0),
+            gen_cpu=(g1 - g0) / (t1 - t0),
+            seconds=t1 - t0,
+            load=loads[phase.name],
         )
-    lag = max(r["lag_p99_ms"] for r in results)
-    report(hosts, processes, windows, burst, lag, args)
-    return windows
+    connects = sum(int(r["connects"]) for r in results)
+    warmup = merge(results, WARMUP)
+    result = SizeResult(hosts, processes, reached, windows, burst, connects, warmup)
+    report(result, args)
+    return result
 
 
 def handling_cost(root: Path, hosts: int = 200, rounds: int = 10) -> float:
@@ -630,14 +472,13 @@ def handling_cost(root: Path, hosts: int = 200, rounds: int = 10) -> float:
     creds = credentials(root / "cost-state", hosts, 0)
     sims = [SimHost(c["host_id"], c["token"], "http://127.0.0.1:1/e", c["index"]) for c in creds]
     for sim in sims[: hosts // 2]:  # half the fleet serves a model
-        sim.cached["model-0"] = SHA
-        sim.ready["model-0"] = time.time() - 60
+        for kind in ("load", "warm"):
+            sim.execute({"action_id": f"{sim.host_id}-{kind}", "kind": kind, "model_id": "model-0"})
+        sim.acknowledged(list(sim.receipts))
     for sim in sims:
         ctl.register(sim.host_id, json.loads(sim.registration()))
     ctl.tick()
-    bodies = [
-        [sim.heartbeat(request_commands=False, receipts=[]) for sim in sims] for _ in range(rounds)
-    ]
+    bodies = [[sim.heartbeat(request_commands=False) for sim in sims] for _ in range(rounds)]
     started = time.process_time()
     for batch in bodies:
         for sim, body in zip(sims, batch, strict=True):
@@ -653,26 +494,48 @@ def handling_cost(root: Path, hosts: int = 200, rounds: int = 10) -> float:
     return per * 1000
 
 
+# --- the report -------------------------------------------------------------------------
+
+
 def ms(value: float) -> str:
     return f"{value:.0f} ms" if value >= 10 else f"{value:.1f} ms"
 
 
-def report(
-    hosts: int,
-    processes: int,
-    windows: dict[str, Window],
-    burst: list[tuple[int, float]],
-    lag: float,
-    args: argparse.Namespace,
-) -> None:
-    print(f"\n{hosts} hosts ({processes} generator process(es), {args.duration:g} s windows)")
-    for name, w in windows.items():
-        rate = w.offered / args.duration
-        errors = sum(w.errors.values())
-        detail = f" {w.errors}" if w.errors else ""
+def errors_by_kind(errors: dict[str, int]) -> str:
+    if not errors:
+        return "errors 0"
+    kinds: dict[str, list[str]] = {}
+    for key, count in sorted(errors.items()):
+        kind, what = key.split(": ", 1)
+        kinds.setdefault(kind, []).append(f"{what} x{count}")
+    detail = "; ".join(f"{kind}: {', '.join(items)}" for kind, items in kinds.items())
+    return f"errors {sum(errors.values())} ({detail})"
+
+
+def report(result: SizeResult, args: argparse.Namespace) -> None:
+    c = result.convergence
+    print(
+        f"\n{result.hosts} hosts ({result.processes} generator process(es) on {args.loop}, "
+        f"{args.duration:g} s windows)"
+    )
+    state = c.progress.describe()
+    if c.converged:
+        print(f"  converged {c.seconds:.1f} s after the first registration slot ({state})")
+    else:
+        print(
+            f"  NOTE: not converged after {c.seconds:.0f} s ({state}); the windows below "
+            "measure a fleet still converging"
+        )
+    w0 = result.warmup
+    print(
+        f"  warm-up {w0['served']} heartbeats served of {w0['offered']} offered, "
+        f"{errors_by_kind(w0['errors'])}, {w0['resent']} lease heartbeats resent after a reset"
+    )
+    for name, w in result.windows.items():
+        rate = w.offered / w.seconds
         print(
             f"  {name:<7} served/offered {w.served}/{w.offered} ({rate:.0f} req/s offered), "
-            f"errors {errors}{detail}"
+            f"{errors_by_kind(w.errors)}, {w.resent} lease heartbeats resent after a reset"
         )
         for kind in KINDS:
             values = w.latencies[kind]
@@ -680,38 +543,66 @@ def report(
                 f"          {kind:<7} p50 {ms(percentile(values, 50)):>8}  "
                 f"p99 {ms(percentile(values, 99)):>8}  max {ms(max(values, default=0)):>8}"
             )
-        per = w.ctl_cpu * args.duration / w.served * 1000 if w.served else float("nan")
+        ctl_per = w.ctl_cpu * w.seconds / w.served * 1000 if w.served else float("nan")
+        gen_per = w.gen_cpu * w.seconds / w.served * 1000 if w.served else float("nan")
         print(
-            f"          controller CPU {w.ctl_cpu * 100:.0f}% of a core ({per:.2f} ms per "
-            f"served heartbeat, ticks and probes included), generators "
-            f"{w.gen_cpu * 100:.0f}%, load average {w.load[0]:.2f} {w.load[1]:.2f} {w.load[2]:.2f}"
+            f"          controller CPU {w.ctl_cpu * 100:.0f}% of a core ({ctl_per:.2f} ms per "
+            "served heartbeat, ticks and probes included)"
         )
-    if burst:
-        codes: dict[int, int] = {}
-        for status, _ in burst:
-            codes[status] = codes.get(status, 0) + 1
-        took = [t for _, t in burst]
         print(
-            f"  burst: {len(burst)} requests for {UNPLACEABLE!r} (statuses {codes}), "
+            f"          generators CPU {w.gen_cpu * 100:.0f}% of a core ({gen_per:.2f} ms per "
+            f"served heartbeat), event-loop lag p50 {ms(percentile(w.lags, 50))} "
+            f"p99 {ms(percentile(w.lags, 99))} max {ms(max(w.lags, default=0))}"
+        )
+        print(f"          load average {w.load[0]:.2f} {w.load[1]:.2f} {w.load[2]:.2f}")
+    if result.burst:
+        codes: dict[int, int] = {}
+        for status, _ in result.burst:
+            codes[status] = codes.get(status, 0) + 1
+        took = [t for _, t in result.burst]
+        print(
+            f"  burst: {len(result.burst)} requests for {UNPLACEABLE!r} (statuses {codes}), "
             f"p50 {ms(percentile(took, 50))}, p99 {ms(percentile(took, 99))}"
         )
         for kind in KINDS:
-            before = percentile(windows["steady"].latencies[kind], 99)
-            during = percentile(windows["burst"].latencies[kind], 99)
+            before = percentile(result.windows["steady"].latencies[kind], 99)
+            during = percentile(result.windows["burst"].latencies[kind], 99)
             print(
-                f"  {kind} heartbeat p99 without the burst {ms(before)}, with it {ms(during)} "
-                f"(moved {during - before:+.1f} ms)"
+                f"  {kind} heartbeat p99: steady window {ms(before)}, burst window {ms(during)} "
+                f"(moved {during - before:+.1f} ms; target < 20 ms)"
             )
-    print(f"  generator event-loop lag p99 {ms(lag)} (included in every latency above)")
+    print(f"  connections opened: {result.connects} for {result.hosts} hosts")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--hosts", default="100", help="comma-separated fleet sizes (100)")
     parser.add_argument("--duration", type=float, default=15.0, help="seconds per window (15)")
-    parser.add_argument("--warmup", type=float, default=15.0, help="seconds to converge (15)")
+    parser.add_argument(
+        "--warmup", type=float, default=15.0, help="least seconds of warm-up before the windows"
+    )
+    parser.add_argument(
+        "--converge",
+        type=float,
+        default=300.0,
+        help="most seconds to wait for the fleet to converge (300)",
+    )
     parser.add_argument("--burst", type=int, default=50, help="requests per burst (50; 0: none)")
-    parser.add_argument("--processes", type=int, default=0, help="generator processes (auto)")
+    parser.add_argument(
+        "--processes", type=int, default=0, help="generator processes (auto: one per 1000 hosts)"
+    )
+    try:
+        import uvloop  # noqa: F401
+
+        default_loop = "uvloop"
+    except ImportError:
+        default_loop = "asyncio"
+    parser.add_argument(
+        "--loop",
+        choices=("uvloop", "asyncio"),
+        default=default_loop,
+        help=f"the generators' event loop ({default_loop})",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the run directory")
     parser.add_argument(
         "--cost-only", action="store_true", help="only the in-process per-heartbeat CPU"
@@ -730,8 +621,10 @@ def main() -> int:
         return 0
     if not sizes or any(not 1 <= s <= 5000 for s in sizes):
         parser.error("--hosts must list sizes between 1 and 5000")
-    if args.duration < INTERVAL or args.warmup < INTERVAL:
-        parser.error(f"--duration and --warmup must be at least {INTERVAL:g} s")
+    if args.duration < INTERVAL or args.warmup < 0:
+        parser.error(f"--duration must be at least {INTERVAL:g} s and --warmup not negative")
+    if args.converge < args.warmup:
+        parser.error("--converge must be at least --warmup")
     root = Path(tempfile.mkdtemp(prefix="gridctl-bench-"))
     print(f"cores {os.cpu_count()}, load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     cost = handling_cost(root)
