@@ -4,6 +4,14 @@ Schemas reference each other with relative ``$ref``s (so editors resolve them
 from the file system too); here each one is registered under its file URI.
 Defaults are read from the schemas as well: ``fill_defaults`` applies every
 ``default`` an omitted property declares.
+
+The wire intake schemas a controller checks on every heartbeat are also compiled
+once by ``jsonschema_rs`` (``conforms``): its acceptance is final, and anything it
+refuses is judged again by ``jsonschema`` itself, which stays the one that decides
+and names the bad field. Only schemas whose patterns mean the same in both regex
+engines are compiled; ``tests/config/test_schema_engines.py`` checks on generated
+and mutated documents that the compiled validator never accepts what ``jsonschema``
+refuses.
 """
 
 from __future__ import annotations
@@ -11,10 +19,12 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+import jsonschema_rs
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.exceptions import NoSuchResource
@@ -84,6 +94,63 @@ def load_schema(relative: str) -> dict[str, Any]:
 def validator(relative: str) -> Draft202012Validator:
     schema = load_schema(relative)
     return Draft202012Validator(inlined(schema) or schema, registry=_registry())
+
+
+COMPILED_SCHEMAS = (
+    "wire/heartbeat.schema.json",
+    "wire/registration.schema.json",
+    "defs/residency.schema.json",
+)
+# A pattern of plain ASCII with no escapes reads the same to Python's ``re`` and to
+# the Rust engine, except that Python's ``$`` also matches before a final newline:
+# there the compiled validator is the stricter one, which ``conforms`` allows for.
+_PORTABLE_PATTERN = re.compile(r"^[\x20-\x5b\x5d-\x7e]*$")
+
+
+@cache
+def compiled(relative: str) -> jsonschema_rs.Validator | None:
+    """A compiled validator of ``schemas/<relative>`` for ``conforms``; None when the
+    schema is not one of ``COMPILED_SCHEMAS`` or cannot be compiled faithfully."""
+    if relative not in COMPILED_SCHEMAS:
+        return None
+    schema = inlined(load_schema(relative))
+    if schema is None or not _portable(schema):
+        return None
+    return jsonschema_rs.Draft202012Validator(schema, validate_formats=False, offline=True)
+
+
+def _portable(node: Any) -> bool:
+    """No keyword whose meaning could differ between the two engines: every pattern
+    plain ASCII without escapes, and no ``patternProperties`` or ``format``."""
+    if isinstance(node, list):
+        return all(_portable(item) for item in node)
+    if not isinstance(node, dict):
+        return True
+    if "patternProperties" in node or "format" in node:
+        return False
+    pattern = node.get("pattern")
+    if isinstance(pattern, str) and not _PORTABLE_PATTERN.match(pattern):
+        return False
+    return all(_portable(value) for value in node.values())
+
+
+def compiled_accepts(relative: str, instance: Any) -> bool:
+    """Whether the compiled validator accepts ``instance`` (False when there is none or
+    it cannot read the value, such as a string holding a lone surrogate)."""
+    fast = compiled(relative)
+    if fast is None:
+        return False
+    try:
+        return fast.is_valid(instance)
+    except (ValueError, TypeError, OverflowError):
+        return False
+
+
+def conforms(relative: str, instance: Any) -> bool:
+    """Whether ``instance`` is valid against ``schemas/<relative>``, exactly as
+    ``jsonschema`` decides: the compiled validator answers when it accepts, and
+    ``jsonschema`` judges whatever it refuses."""
+    return compiled_accepts(relative, instance) or validator(relative).is_valid(instance)
 
 
 _ONE = (

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gridctl.config import resolving
-from gridctl.config.schemas import fill_defaults, validator
+from gridctl.config.schemas import conforms, fill_defaults, validator
 from gridctl.config.yamlsource import escape_pointer_token
 from gridctl.domain import (
     FleetSnapshot,
@@ -32,6 +32,8 @@ MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
 
 
 def _first_error(relative: str, data: Any) -> WireError | None:
+    if conforms(relative, data):
+        return None
     errors = sorted(
         validator(relative).iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path]
     )

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gridctl.config import resolving
-from gridctl.config.schemas import fill_defaults, validator
+from gridctl.config.schemas import conforms, fill_defaults, validator
 from gridctl.config.snapshots import host_state_of, residency_from_row
 from gridctl.config.yamlsource import escape_pointer_token
 from gridctl.domain import (
@@ -42,6 +42,8 @@ HEARTBEAT_SCHEMA = "wire/heartbeat.schema.json"
 
 def validate_wire(relative: str, payload: Any) -> None:
     """Raise ``WireError`` naming the first bad field of ``payload``."""
+    if conforms(relative, payload):
+        return
     found: list[tuple[str, str]] = []
     for error in validator(relative).iter_errors(payload):
         pointer = "".join("/" + escape_pointer_token(str(t)) for t in error.absolute_path)
