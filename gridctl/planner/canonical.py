@@ -87,7 +87,15 @@ def _text(value: object, memo: dict[str, str]) -> str:
         return _fields_text(value, names, memo)
     if kind in _ENUMS:
         return _enum_text(value, memo)
+    if kind is dict:
+        assert isinstance(value, dict)
+        return _mapping_text(value, memo)
     return _general(value, memo)
+
+
+def _mapping_text(value: Mapping[object, object], memo: dict[str, str]) -> str:
+    items = sorted((str(k), v) for k, v in value.items())
+    return "{" + ",".join(f"{_text(k, memo)}:{_text(v, memo)}" for k, v in items) + "}"
 
 
 def _enum_text(value: object, memo: dict[str, str]) -> str:
@@ -150,8 +158,7 @@ def _general(value: object, memo: dict[str, str]) -> str:
         _FIELDS[kind] = names
         return _fields_text(value, names, memo)
     if isinstance(value, Mapping):
-        items = sorted((str(k), v) for k, v in value.items())
-        return "{" + ",".join(f"{_text(k, memo)}:{_text(v, memo)}" for k, v in items) + "}"
+        return _mapping_text(value, memo)
     if isinstance(value, _SEQUENCES):
         return "[" + ",".join(sorted([_text(v, memo) for v in value])) + "]"
     return _text(str(value), memo)

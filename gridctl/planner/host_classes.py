@@ -199,9 +199,18 @@ def worth_classing(ws: Workspace) -> bool:
     """Whether the plan's hosts fall into few enough classes for the class search to pay
     (decided once, on the first search: both searches give the same plan)."""
     if ws.by_class is None:
-        ws.classes = HostClasses(ws)
-        ws.by_class = ws.classes.count() * MEMBERS_PER_CLASS <= len(ws.host_ids)
+        if _class_floor(ws) * MEMBERS_PER_CLASS > len(ws.host_ids):
+            ws.by_class = False  # too many classes, whatever the ledgers say: none are built
+        else:
+            ws.classes = HostClasses(ws)
+            ws.by_class = ws.classes.count() * MEMBERS_PER_CLASS <= len(ws.host_ids)
     return ws.by_class
+
+
+def _class_floor(ws: Workspace) -> int:
+    """A lower bound on ``HostClasses(ws).count()``: the admitted hosts' distinct leading
+    parts of the class signature (score shape, static class and failure domain)."""
+    return len({(ws.score_id(h), c, ws.domain_of[h]) for h, c in ws.static.class_of.items()})
 
 
 def classes_of(ws: Workspace) -> HostClasses:
@@ -290,6 +299,7 @@ def choose_by_class(
         if class_id is None:
             verdict = visit(search, host_id)
         else:
+            quick: float | None = None
             if best is not None:
                 if -key + DYNAMIC_MAX < best.score:
                     break  # no later host can win
@@ -304,7 +314,9 @@ def choose_by_class(
                     continue
             known = rejected.get(class_id)
             if known is None:
-                verdict = visit(search, host_id)
+                # past the class's own pruning (``quick`` is exactly the score the member
+                # would have): the host-by-host pruning would let it through too
+                verdict = visit(search, host_id, best is not None and quick is not None)
                 if verdict is Verdict.REJECTED and search.rejection is not None:
                     rejected[class_id] = search.rejection
             else:

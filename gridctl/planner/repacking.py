@@ -247,10 +247,17 @@ def _find_repack(
 def _released_in_rank_order(
     ws: Workspace, model_id: str, rejected: dict[str, RejectionCode]
 ) -> list[str]:
-    """The eligible hosts rejected for a releasable reason, in ``ordered_hosts`` order
-    (best static score, then host id) without ranking every eligible host."""
+    """The eligible hosts rejected for a releasable reason with live work to move, in
+    ``ordered_hosts`` order (best static score, then host id) without ranking every
+    eligible host (a host with nothing live has nothing to release: the search passes it
+    by before anything it decides depends on it)."""
     eligible = ws.eligible_set[model_id]
-    found = [h for h, code in rejected.items() if code in _RELEASE_CODES and h in eligible]
+    views = ws.views
+    found = [
+        h
+        for h, code in rejected.items()
+        if code in _RELEASE_CODES and h in eligible and views[h].live
+    ]
     if len(found) < 2:
         return found
     memo = ws.static_scores(model_id)

@@ -82,8 +82,14 @@ def colocation(c: Candidate, ws: Workspace) -> Rejection | None:
         detail = ws.live_violations[c.view.host_id]
         return Rejection(RejectionCode.COLOCATION_EXCLUDE, f"host must converge first: {detail}")
     members = c.ledger.desired_models if c.incumbent else c.ledger.members()
-    peers = members - {name}
     excluded = ws.exclusions.get(name)
+    if (
+        not excluded
+        and c.profile.max_colocated_models <= 0
+        and members.isdisjoint(ws.ceiling_models)
+    ):
+        return None  # no rule of its own, and no peer with a ceiling
+    peers = members - {name}
     if excluded:
         clash = sorted(peers & excluded)
         if clash:
@@ -203,19 +209,28 @@ def first_rejection(ws: Workspace, candidate: Candidate) -> Rejection | None:
 def score(ws: Workspace, candidate: Candidate) -> None:
     """The named components and score the candidate has if it passes every filter."""
     name = candidate.profile.name
-    host_id = candidate.view.host_id
+    new_domain, free_after, capacity = _dynamic_facts(ws, candidate)
+    static_parts, _ = ws.static_score(name, candidate.view.host_id)
+    candidate.components = static_parts + dynamic_components(new_domain, free_after, capacity)
+    candidate.score = score_value(ws, candidate)
+
+
+def score_value(ws: Workspace, candidate: Candidate) -> float:
+    """The score ``score`` gives the candidate, without naming its components."""
+    new_domain, free_after, capacity = _dynamic_facts(ws, candidate)
+    static = ws.static_sum(candidate.profile.name, candidate.view.host_id)
+    return score_with_dynamic(static, new_domain, free_after, capacity)
+
+
+def _dynamic_facts(ws: Workspace, candidate: Candidate) -> tuple[bool, int, int]:
+    """What the dynamic score parts read: (a new failure domain, MB free after, capacity)."""
     if candidate.incumbent is not None:
         free_after = candidate.ledger.desired_free_mb - candidate.memory_mb
         capacity = candidate.view.raw_mb
     else:
         free_after = candidate.ledger.incremental_free_mb - candidate.memory_mb
         capacity = candidate.view.new_capacity_mb
-    new_domain = candidate.view.domain not in ws.domains[name]
-    static_parts, _ = ws.static_score(name, host_id)
-    candidate.components = static_parts + dynamic_components(new_domain, free_after, capacity)
-    candidate.score = score_with_dynamic(
-        ws.static_sum(name, host_id), new_domain, free_after, capacity
-    )
+    return candidate.view.domain not in ws.domains[candidate.profile.name], free_after, capacity
 
 
 def new_placement_score(ws: Workspace, model_id: str, host_id: str) -> float | None:
@@ -303,13 +318,13 @@ def visit(search: Search, host_id: str, pruned: bool = False) -> Verdict:
     else:
         # the score is cheap and exact for a feasible host: one that cannot beat
         # the best so far is left unevaluated (a better host was found first)
-        score(ws, shaped)
-        if shaped.score < best.score or (
-            shaped.score == best.score and host_id > best.view.host_id
-        ):
+        value = score_value(ws, shaped)
+        if value < best.score or (value == best.score and host_id > best.view.host_id):
             return Verdict.SKIPPED
         shaped.relax_domains = search.relax_domains
         rejection = first_rejection(ws, shaped)
+        if rejection is None:
+            score(ws, shaped)  # named only once it passes
     if rejection is not None:
         return book_rejection(search, host_id, rejection)
     assert not isinstance(shaped, Rejection)

@@ -78,6 +78,10 @@ class Workspace:
         self.explain = ExplanationBook()
         self.norms = fleet.norms
         self.exclusions = fleet.exclusions
+        # models that limit how many models may share their host
+        self.ceiling_models = frozenset(
+            name for name, profile in self.profiles.items() if profile.max_colocated_models > 0
+        )
         self.static = fleet.static
         self.eligible = fleet.static.eligible
         self.eligible_set = fleet.static.eligible_set
