@@ -545,7 +545,11 @@ class Registry:
 
     def plans_differently(self, before: HostRecord | None, after: HostRecord, now: float) -> bool:
         """Whether ``after`` changes anything a tick reads of this host at ``now``: its
-        planning snapshot (heartbeat time aside), queued work, load and router weight."""
+        planning snapshot (heartbeat time aside), queued work, load and router weight.
+
+        The usual heartbeat repeats the host's facts: then only the routing lease can
+        move a residency's planned state, and that alone is compared; the whole
+        snapshots are built and compared only when the reported residencies differ."""
         if before is None or before.role != after.role:
             return True
         loads = (before.queued, before.queue_depth, before.active_tasks)
@@ -553,7 +557,20 @@ class Registry:
             return True
         if before.concurrency_multiplier != after.concurrency_multiplier:
             return True
+        if (before.state, before.capabilities, before.cached) != (
+            after.state,
+            after.capabilities,
+            after.cached,
+        ):
+            return True
+        if before.resources is not after.resources and before.resources != after.resources:
+            return True
         with self._lock:
+            if before.residencies == after.residencies:
+                return any(
+                    self._planned_state(before, r, now) is not self._planned_state(after, r, now)
+                    for r in after.residencies
+                )
             old = replace(self._host_snapshot(before, now), last_heartbeat=None)
             new = replace(self._host_snapshot(after, now), last_heartbeat=None)
         return old != new
@@ -598,20 +615,25 @@ class Registry:
         except Exception:  # measurements are advisory; never fail a snapshot
             return {}
 
+    def _planned_state(
+        self, record: HostRecord, residency: Residency, now: float
+    ) -> ResidencyState:
+        """A managed READY residency is planned as WARMING until its route is live: inventory,
+        not proof (invariant 4)."""
+        state = residency.state
+        if state is ResidencyState.READY and residency.ownership is Ownership.MANAGED:
+            route = record.routes.get(residency.model_id)
+            if route is None or not self._route_live(record, route, now):
+                return ResidencyState.WARMING
+        return state
+
     def _host_snapshot(self, record: HostRecord, now: float) -> HostSnapshot:
         residencies = []
         for residency in record.residencies:
-            route = record.routes.get(residency.model_id)
             active = max(
                 residency.active_requests, self._active.get((record.host_id, residency.model_id), 0)
             )
-            state = residency.state
-            if (
-                state is ResidencyState.READY
-                and residency.ownership is Ownership.MANAGED
-                and (route is None or not self._route_live(record, route, now))
-            ):
-                state = ResidencyState.WARMING  # inventory, not proof (invariant 4)
+            state = self._planned_state(record, residency, now)
             last_used = (
                 max(residency.last_used_at or 0.0, self._last_used.get(residency.model_id, 0.0))
                 or None
