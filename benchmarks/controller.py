@@ -63,7 +63,8 @@ from typing import Any
 
 import httpx
 import psutil
-from loadgen import INTERVAL, KINDS, WARMUP, Phase, run_generator
+from fleetreport import Convergence, Progress, SizeResult, Window, merge, report, targets
+from loadgen import INTERVAL, WARMUP, Phase, run_generator
 from simhosts import MEMORY_MB, SHA, SimHost
 
 MODELS = 8
@@ -159,14 +160,6 @@ def run_engine(port: int) -> int:
 # --- the driver -------------------------------------------------------------------------
 
 
-def percentile(values: list[float], pct: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, round(pct / 100 * len(ordered) + 0.5) - 1))
-    return ordered[rank]
-
-
 @dataclass
 class Controller:
     proc: subprocess.Popen[bytes]
@@ -249,48 +242,6 @@ async def burst_loop(url: str, window: Phase, size: int, out: list[tuple[int, fl
             at += INTERVAL
 
 
-@dataclass(frozen=True)
-class Progress:
-    """How far the fleet is, from the controller's status document."""
-
-    hosts: int = 0  # registered
-    ready: int = 0  # routable replicas
-    missing: int = 0  # replicas the plan wants and has not got, constraints permitting
-    pending: int = 0  # commands queued or delivered and not acknowledged
-    proposed: int = 0  # actions the last pass proposed or deferred
-
-    @classmethod
-    def of(cls, status: dict[str, Any]) -> Progress:
-        reconciliation = status.get("reconciliation") or {}
-        models = status.get("models") or []
-        return cls(
-            hosts=len(status.get("hosts") or []),
-            ready=sum(int(m.get("ready") or 0) for m in models),
-            missing=sum(int(m.get("missing") or 0) for m in models if not m.get("unmet")),
-            pending=len(status.get("pending_commands") or []),
-            proposed=len(reconciliation.get("actions") or [])
-            + len(reconciliation.get("deferred") or []),
-        )
-
-    def converged(self, hosts: int) -> bool:
-        return self.hosts == hosts and not (self.missing or self.pending or self.proposed)
-
-    def describe(self) -> str:
-        return (
-            f"{self.hosts} hosts registered, {self.ready} replicas ready, {self.missing} "
-            f"missing, {self.pending} commands pending, {self.proposed} actions proposed"
-        )
-
-
-@dataclass(frozen=True)
-class Convergence:
-    """What the controller's status said when the warm-up ended."""
-
-    converged: bool
-    seconds: float  # from the first registration slot
-    progress: Progress
-
-
 async def converge(
     url: str, hosts: int, ramp_start: float, least: float, most: float
 ) -> Convergence:
@@ -310,54 +261,6 @@ async def converge(
                 return Convergence(True, elapsed, progress)
             if elapsed >= most:
                 return Convergence(False, elapsed, progress)
-
-
-@dataclass
-class Window:
-    offered: int
-    served: int
-    latencies: dict[str, list[float]]
-    errors: dict[str, int]
-    resent: int
-    lags: list[float]
-    ctl_cpu: float  # share of one core
-    gen_cpu: float  # share of one core
-    seconds: float
-    load: tuple[float, float, float]
-
-
-def merge(results: list[dict[str, Any]], name: str) -> dict[str, Any]:
-    merged: dict[str, Any] = {
-        "offered": 0,
-        "served": 0,
-        "latencies": {k: [] for k in KINDS},
-        "errors": {},
-        "resent": 0,
-        "lags": [],
-    }
-    for result in results:
-        tally = result["tallies"].get(name)
-        if tally is None:
-            continue
-        for key in ("offered", "served", "resent"):
-            merged[key] += tally[key]
-        for kind in KINDS:
-            merged["latencies"][kind].extend(tally["latencies"][kind])
-        for what, count in tally["errors"].items():
-            merged["errors"][what] = merged["errors"].get(what, 0) + count
-        merged["lags"].extend(tally["lags"])
-    return merged
-
-
-@dataclass
-class SizeResult:
-    hosts: int
-    processes: int
-    convergence: Convergence
-    windows: dict[str, Window]
-    burst: list[tuple[int, float]]
-    connects: int
-    warmup: dict[str, Any]  # the merged warm-up tally (no latencies reported)
 
 
 def run_size(
@@ -450,9 +353,18 @@ def run_size(
             load=loads[phase.name],
         )
     connects = sum(int(r["connects"]) for r in results)
-    warmup = merge(results, WARMUP)
-    result = SizeResult(hosts, processes, reached, windows, burst, connects, warmup)
-    report(result, args)
+    result = SizeResult(
+        hosts=hosts,
+        processes=processes,
+        loop=args.loop,
+        convergence=reached,
+        warmup=merge(results, WARMUP),
+        windows=windows,
+        burst=burst,
+        burst_model=UNPLACEABLE,
+        connects=connects,
+    )
+    report(result)
     return result
 
 
@@ -492,86 +404,6 @@ def handling_cost(root: Path, hosts: int = 200, rounds: int = 10) -> float:
     per = (time.process_time() - started) / (hosts * rounds)
     service.store.close()
     return per * 1000
-
-
-# --- the report -------------------------------------------------------------------------
-
-
-def ms(value: float) -> str:
-    return f"{value:.0f} ms" if value >= 10 else f"{value:.1f} ms"
-
-
-def errors_by_kind(errors: dict[str, int]) -> str:
-    if not errors:
-        return "errors 0"
-    kinds: dict[str, list[str]] = {}
-    for key, count in sorted(errors.items()):
-        kind, what = key.split(": ", 1)
-        kinds.setdefault(kind, []).append(f"{what} x{count}")
-    detail = "; ".join(f"{kind}: {', '.join(items)}" for kind, items in kinds.items())
-    return f"errors {sum(errors.values())} ({detail})"
-
-
-def report(result: SizeResult, args: argparse.Namespace) -> None:
-    c = result.convergence
-    print(
-        f"\n{result.hosts} hosts ({result.processes} generator process(es) on {args.loop}, "
-        f"{args.duration:g} s windows)"
-    )
-    state = c.progress.describe()
-    if c.converged:
-        print(f"  converged {c.seconds:.1f} s after the first registration slot ({state})")
-    else:
-        print(
-            f"  NOTE: not converged after {c.seconds:.0f} s ({state}); the windows below "
-            "measure a fleet still converging"
-        )
-    w0 = result.warmup
-    print(
-        f"  warm-up {w0['served']} heartbeats served of {w0['offered']} offered, "
-        f"{errors_by_kind(w0['errors'])}, {w0['resent']} lease heartbeats resent after a reset"
-    )
-    for name, w in result.windows.items():
-        rate = w.offered / w.seconds
-        print(
-            f"  {name:<7} served/offered {w.served}/{w.offered} ({rate:.0f} req/s offered), "
-            f"{errors_by_kind(w.errors)}, {w.resent} lease heartbeats resent after a reset"
-        )
-        for kind in KINDS:
-            values = w.latencies[kind]
-            print(
-                f"          {kind:<7} p50 {ms(percentile(values, 50)):>8}  "
-                f"p99 {ms(percentile(values, 99)):>8}  max {ms(max(values, default=0)):>8}"
-            )
-        ctl_per = w.ctl_cpu * w.seconds / w.served * 1000 if w.served else float("nan")
-        gen_per = w.gen_cpu * w.seconds / w.served * 1000 if w.served else float("nan")
-        print(
-            f"          controller CPU {w.ctl_cpu * 100:.0f}% of a core ({ctl_per:.2f} ms per "
-            "served heartbeat, ticks and probes included)"
-        )
-        print(
-            f"          generators CPU {w.gen_cpu * 100:.0f}% of a core ({gen_per:.2f} ms per "
-            f"served heartbeat), event-loop lag p50 {ms(percentile(w.lags, 50))} "
-            f"p99 {ms(percentile(w.lags, 99))} max {ms(max(w.lags, default=0))}"
-        )
-        print(f"          load average {w.load[0]:.2f} {w.load[1]:.2f} {w.load[2]:.2f}")
-    if result.burst:
-        codes: dict[int, int] = {}
-        for status, _ in result.burst:
-            codes[status] = codes.get(status, 0) + 1
-        took = [t for _, t in result.burst]
-        print(
-            f"  burst: {len(result.burst)} requests for {UNPLACEABLE!r} (statuses {codes}), "
-            f"p50 {ms(percentile(took, 50))}, p99 {ms(percentile(took, 99))}"
-        )
-        for kind in KINDS:
-            before = percentile(result.windows["steady"].latencies[kind], 99)
-            during = percentile(result.windows["burst"].latencies[kind], 99)
-            print(
-                f"  {kind} heartbeat p99: steady window {ms(before)}, burst window {ms(during)} "
-                f"(moved {during - before:+.1f} ms; target < 20 ms)"
-            )
-    print(f"  connections opened: {result.connects} for {result.hosts} hosts")
 
 
 def main() -> int:
@@ -632,13 +464,14 @@ def main() -> int:
     engine_port = free_port()
     engine = spawn([sys.executable, __file__, "--engine", str(engine_port)], root / "engine.log")
     ctl: Controller | None = None
+    results: list[SizeResult] = []
     try:
         health = f"http://127.0.0.1:{engine_port}/e"
         wait_healthy(f"{health}/ready/health", engine)
         offset = 0
         for size in sizes:
             ctl = start_controller(root / f"run-{size}")
-            run_size(ctl, health, size, args, root, offset)
+            results.append(run_size(ctl, health, size, args, root, offset))
             ctl.proc.terminate()
             ctl.proc.wait(timeout=60)
             ctl = None
@@ -655,6 +488,11 @@ def main() -> int:
             import shutil
 
             shutil.rmtree(root, ignore_errors=True)
+    verdicts = targets(results)
+    if verdicts:
+        print("\ntargets (printed, not asserted; see the load averages above)")
+        for line in verdicts:
+            print(f"  {line}")
     print(f"\nload average at the end {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     return 0
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 import httptools
@@ -32,6 +32,11 @@ NODE_TOKEN_HEADER = "X-Grid-Allocator-Node-Token"
 REQUEST_TIMEOUT = 30.0  # the node agent's request timeout
 KINDS = ("lease", "control")
 LAG_PROBE_SECONDS = 0.05
+# the node agent's pacing after a failed round (gridctl.node.agent)
+TRANSIENT_RETRY_SECONDS = 2.0
+FORGOTTEN_RETRY_SECONDS = 0.1
+PERMANENT_RETRY_SECONDS = 30.0
+MAX_BACKOFF_SECONDS = 30.0
 
 # --- a lean HTTP/1.1 keep-alive client -----------------------------------------------------
 
@@ -182,9 +187,8 @@ class HostClient:
                     tally.resent += 1
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
-    async def round(self, tally: Tally | None) -> bool:
-        """Registration if needed, then a lease and a control heartbeat; True when a
-        command ran (the agent then starts its next round at once)."""
+    async def round(self, tally: Tally | None) -> Outcome:
+        """Registration if needed, then a lease and a control heartbeat."""
         host = self.host
         acted = False
         kind = "registration"
@@ -196,7 +200,7 @@ class HostClient:
                 if status != 200:
                     if tally is not None:
                         tally.error(kind, f"HTTP {status}")
-                    return False
+                    return refused(status)
                 host.registered = True
             for kind in KINDS:
                 control = kind == "control"
@@ -212,7 +216,8 @@ class HostClient:
                         tally.error(kind, f"HTTP {status}")
                     if status in (404, 409) or (status == 400 and b"not registered" in answer):
                         host.registered = False
-                    return acted
+                        return Outcome(acted, FORGOTTEN_RETRY_SECONDS)
+                    return refused(status)
                 if tally is not None:
                     tally.served += 1
                     tally.latencies[kind].append(took)
@@ -224,7 +229,34 @@ class HostClient:
         except (OSError, TimeoutError, httptools.HttpParserError, ValueError, KeyError) as exc:
             if tally is not None:
                 tally.error(kind, type(exc).__name__)
-        return acted
+            return Outcome(acted, TRANSIENT_RETRY_SECONDS)
+        return Outcome(acted)
+
+
+class Outcome(NamedTuple):
+    """How a round ended, and so when the agent starts the next one: at once after a
+    command ran, after ``retry_after`` (with the agent's backoff) after a failure, else
+    on its 5 s period."""
+
+    acted: bool
+    retry_after: float | None = None
+    permanent: bool = False
+
+
+def refused(status: int) -> Outcome:
+    if status in (401, 403):
+        return Outcome(False, PERMANENT_RETRY_SECONDS, permanent=True)
+    return Outcome(False, TRANSIENT_RETRY_SECONDS)
+
+
+def next_round(outcome: Outcome, slot: float, now: float, backoff: float) -> tuple[float, float]:
+    """When the agent starts its next round, and its backoff (``NodeAgent.run``)."""
+    if outcome.retry_after is None:
+        return (now if outcome.acted else slot + INTERVAL), 0.0
+    if outcome.permanent:
+        return now + outcome.retry_after, backoff
+    backoff = min(max(outcome.retry_after, backoff * 2 or 0.5), MAX_BACKOFF_SECONDS)
+    return now + backoff, backoff
 
 
 # --- a generator process ---------------------------------------------------------------------
@@ -257,8 +289,9 @@ class Run:
 
 
 async def host_loop(client: HostClient, first_slot: float, run: Run) -> None:
-    """Rounds every 5 s (and at once after a command ran) until the run ends."""
-    slot = first_slot
+    """The agent's rounds until the run ends. A round is offered in the window its start
+    falls in; a 5 s slot a late or backing-off host could not send is offered there too."""
+    slot, backoff = first_slot, 0.0
     while slot < run.end:
         delay = slot - time.time()
         if delay > 0:
@@ -268,13 +301,20 @@ async def host_loop(client: HostClient, first_slot: float, run: Run) -> None:
         tally = run.window(slot)
         if tally is not None:
             tally.offered += 2
-        acted = await client.round(tally)
-        slot = time.time() if acted else slot + INTERVAL
-        while slot + INTERVAL < time.time():  # a host this late skips a slot
-            missed = run.window(slot)
-            if missed is not None:
-                missed.offered += 2
-            slot += INTERVAL
+        outcome = await client.round(tally)
+        now = time.time()
+        upcoming, backoff = next_round(outcome, slot, now, backoff)
+        regular = outcome.retry_after is None and not outcome.acted
+        # every 5 s slot before the next round but the last is one this host missed
+        cutoff = now if regular else upcoming
+        missed = slot + INTERVAL
+        while missed + INTERVAL <= cutoff:
+            window = run.window(missed)
+            if window is not None:
+                window.offered += 2
+            missed += INTERVAL
+        # a late host keeps its 5 s grid: its next round is the first slot not missed
+        slot = missed if regular else upcoming
     client.conn.close()
 
 

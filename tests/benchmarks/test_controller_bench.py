@@ -156,7 +156,7 @@ def test_hosts_keep_one_connection_to_the_real_controller_until_the_fleet_conver
             deadline = time.monotonic() + 90
             while not await converged(url, len(clients)):
                 assert time.monotonic() < deadline, "the fleet did not converge"
-                acted = [await c.round(tally) for c in clients]
+                acted = [(await c.round(tally)).acted for c in clients]
                 rounds += 1
                 if not any(acted):
                     await asyncio.sleep(0.2)  # the next tick or probe, polled
@@ -174,3 +174,19 @@ def test_hosts_keep_one_connection_to_the_real_controller_until_the_fleet_conver
     # every request of a round before the idle close went over the first connection
     assert [c.conn.connects for c in clients] == [2, 2]
     assert tally.resent == 0
+
+
+def test_a_host_paces_its_rounds_as_the_node_agent_does() -> None:
+    def after(outcome: Any, backoff: float = 0.0) -> tuple[float, float]:
+        return loadgen.next_round(outcome, 100.0, 101.0, backoff)
+
+    assert after(loadgen.Outcome(False)) == (105.0, 0.0)  # the 5 s period
+    assert after(loadgen.Outcome(True)) == (101.0, 0.0)  # at once after a command ran
+    waits, backoff = [], 0.0
+    for _ in range(6):
+        start, backoff = after(loadgen.refused(503), backoff)
+        waits.append(start - 101.0)
+    assert waits == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0]  # the agent's capped doubling
+    assert after(loadgen.refused(401), 4.0) == (131.0, 4.0)  # a refusal waits 30 s
+    forgotten = loadgen.Outcome(False, loadgen.FORGOTTEN_RETRY_SECONDS)
+    assert after(forgotten) == (101.5, 0.5)
