@@ -57,16 +57,25 @@ def _refuse_constant(name: str) -> Any:
 
 def nested_deeper_than(value: Any, limit: int) -> bool:
     """Whether ``value`` has containers nested more than ``limit`` levels (no recursion)."""
-    if not isinstance(value, (dict, list)):
-        return False
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item
+    level = [value] if isinstance(value, (dict, list)) else []
+    depth = 0
+    while level:
+        depth += 1
         if depth > limit:
             return True
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+        below = []
+        for item in level:
+            for child in item.values() if isinstance(item, dict) else item:
+                if isinstance(child, (dict, list)):
+                    below.append(child)
+        level = below
     return False
+
+
+def _brackets(body: bytes) -> int:
+    """Opening brackets in the text: a bound on how deep its JSON can nest (a body
+    with no more of them than the limit needs no walk after parsing)."""
+    return body.count(b"[") + body.count(b"{")
 
 
 def parse_json(body: bytes, *, empty: Any = None, max_depth: int = MAX_JSON_DEPTH) -> Any:
@@ -80,6 +89,6 @@ def parse_json(body: bytes, *, empty: Any = None, max_depth: int = MAX_JSON_DEPT
         raise WireError(too_deep) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise WireError(f"body is not valid JSON: {exc}") from None
-    if nested_deeper_than(value, max_depth):
+    if _brackets(body) > max_depth and nested_deeper_than(value, max_depth):
         raise WireError(too_deep)
     return value

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gridctl.bodies import MAX_JSON_DEPTH, nested_deeper_than, parse_json
 from gridctl.errors import WireError
@@ -40,3 +45,36 @@ def test_empty_body_is_the_callers_default_and_garbage_names_the_problem() -> No
     assert parse_json(b"", empty={}) == {}
     with pytest.raises(WireError, match="not valid JSON"):
         parse_json(b"\xff\xfe{")
+
+
+def depth_of(value: Any) -> int:
+    """Nesting depth by plain recursion (the values here are shallow)."""
+    if isinstance(value, dict):
+        return 1 + max((depth_of(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((depth_of(v) for v in value), default=0)
+    return 0
+
+
+json_values = st.recursive(
+    st.none() | st.integers() | st.text(alphabet='[]{}ab"\\', max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=json_values, limit=st.integers(min_value=0, max_value=8))
+def test_depth_is_refused_exactly_past_the_limit(value: Any, limit: int) -> None:
+    """Brackets inside strings count towards no depth; the walk and the parse agree with
+    a plain recursive measure whatever the shape."""
+    deep = depth_of(value) > limit
+    assert nested_deeper_than(value, limit) is deep
+    body = json.dumps(value).encode()
+    if deep:
+        with pytest.raises(WireError, match="deeper than"):
+            parse_json(body, max_depth=limit)
+    else:
+        assert parse_json(body, max_depth=limit) == value
