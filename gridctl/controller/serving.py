@@ -176,6 +176,8 @@ class ControllerService:
         self._engine_context: ssl.SSLContext | None = None
         self._server_config: uvicorn.Config | None = None
         self._reasons: dict[str, str] | None = None  # model -> why it has no ready replica
+        self._reasons_tick = -1  # the tick count the table was built after
+        self._reasons_asked = False  # a 503 read the table since the last tick
         self.ticks: ProcessTicks | None = None  # the planning process, while serving
 
     def _api_desired(self, clock: Callable[[], float]) -> ApiDesired:
@@ -266,17 +268,30 @@ class ControllerService:
         return profile.endpoints if profile else None
 
     def _unavailable_reason(self, model: str) -> str:
-        """Why ``model`` has no ready replica, from the per-model table the tick thread
-        builds after each tick: a burst of 503s reads it and builds nothing on the loop."""
-        table = self._reasons
-        if table is None:
+        """Why ``model`` has no ready replica, from a per-model table built once per tick:
+        a burst of 503s reads it and builds nothing more. The tick thread rebuilds it
+        after each tick while 503s are being answered; a fleet answering none pays
+        nothing, and its first 503 after a tick builds the table once."""
+        self._reasons_asked = True
+        if self.controller.last_tick is None:
             return "Unknown: no plan yet"
+        table = self._reasons
+        if table is None or self._reasons_tick != self.controller.counts["ticks"]:
+            table = self._build_reasons()
         return table.get(model, "not configured")
 
     def _refresh_reasons(self, _record: object) -> None:
-        self._reasons = {
+        if self._reasons_asked:
+            self._reasons_asked = False
+            self._build_reasons()
+
+    def _build_reasons(self) -> dict[str, str]:
+        tick = self.controller.counts["ticks"]
+        table = {
             str(row["model_id"]): f"{row['health']}: {row['reason']}" for row in self._model_rows()
         }
+        self._reasons, self._reasons_tick = table, tick
+        return table
 
     def _model_rows(self) -> list[dict[str, object]]:
         return model_rows(self.controller)

@@ -1,5 +1,6 @@
-"""503 reasons come from a per-model table the tick thread builds once per tick; a burst
-of requests for a model with no ready replica builds nothing on the serving loop."""
+"""503 reasons come from a per-model table built once per tick; a burst of requests for
+a model with no ready replica builds nothing more, and ticks while nobody is answered a
+503 build nothing at all."""
 
 from __future__ import annotations
 
@@ -40,5 +41,13 @@ async def test_a_burst_of_503s_reads_the_reason_table_of_the_last_tick(
         assert len(built) == 1  # twenty 503s, no table built
         service.controller.tick()
         again = await client.post("/v1/chat/completions", json={"model": "gemma"})
-    assert again.status_code == 503
-    assert built == [1, 2]  # one table per tick, built after it
+        assert again.status_code == 503
+        assert built == [1, 2]  # one table per tick, built after it
+        service.controller.tick()  # answered the 503 above: rebuilt after this tick
+        service.controller.tick()  # nobody asked since: nothing built
+        service.controller.tick()
+        assert built == [1, 2, 3]
+        late = await client.post("/v1/chat/completions", json={"model": "gemma"})
+        assert late.status_code == 503
+        assert built == [1, 2, 3, 5]  # the first 503 after quiet ticks builds it once
+        assert late.json()["error"]["message"] == answers[0].json()["error"]["message"]
