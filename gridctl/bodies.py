@@ -55,6 +55,10 @@ def _refuse_constant(name: str) -> Any:
     raise WireError(f"{name} is not a JSON number")
 
 
+# One decoder for every body (``json.loads`` with options builds one per call).
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
 def nested_deeper_than(value: Any, limit: int) -> bool:
     """Whether ``value`` has containers nested more than ``limit`` levels (no recursion)."""
     level = [value] if isinstance(value, (dict, list)) else []
@@ -84,7 +88,7 @@ def parse_json(body: bytes, *, empty: Any = None, max_depth: int = MAX_JSON_DEPT
         return empty
     too_deep = f"body is nested deeper than {max_depth} levels"
     try:
-        value = json.loads(body, parse_constant=_refuse_constant)
+        value = _DECODER.decode(body.decode(json.detect_encoding(body), "surrogatepass"))
     except RecursionError:
         raise WireError(too_deep) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -78,3 +78,14 @@ def test_depth_is_refused_exactly_past_the_limit(value: Any, limit: int) -> None
             parse_json(body, max_depth=limit)
     else:
         assert parse_json(body, max_depth=limit) == value
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    value=json_values,
+    encoding=st.sampled_from(["utf-8", "utf-8-sig", "utf-16", "utf-16-le", "utf-32-be"]),
+)
+def test_bodies_decode_as_json_loads_does(value: Any, encoding: str) -> None:
+    """Any encoding ``json.loads`` detects on bytes is read the same way."""
+    body = json.dumps(value, ensure_ascii=False).encode(encoding)
+    assert parse_json(body, max_depth=64) == json.loads(body)
