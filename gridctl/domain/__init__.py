@@ -16,6 +16,7 @@ from gridctl.domain.fleet import (
 from gridctl.domain.plans import (
     Assignment,
     CandidateExplanation,
+    CandidateRows,
     DemandClass,
     LazyRows,
     ModelExplanation,
@@ -39,6 +40,7 @@ __all__ = [
     "Assignment",
     "CachedArtifact",
     "CandidateExplanation",
+    "CandidateRows",
     "ControllerPolicy",
     "DataTier",
     "DemandClass",

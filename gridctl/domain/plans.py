@@ -7,7 +7,10 @@ entry with a stable code. Every (model, host) pair the planner considered has a
 Candidate rows are the largest part of a plan (one per host per model) and
 most readers never look at them, so a model's ``candidates`` may be a
 ``LazyRows``: a read-only sequence that builds its rows on first read, once.
-It equals, hashes and iterates like the tuple it stands for.
+It equals, hashes and iterates like the tuple it stands for. A model's rows
+(``CandidateRows``) cross a process boundary as columns, one tuple per field,
+and are built again on first read on the other side: a controller planning in
+a worker process receives a plan without building a row per host per model.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import partial
 from typing import Generic, TypeVar, overload
 
 Row = TypeVar("Row")
@@ -100,6 +104,42 @@ class CandidateExplanation:
     score: float | None = None
     components: tuple[ScoreComponent, ...] = ()
     chosen: bool = False
+
+
+Columns = tuple[
+    tuple[str, ...],
+    tuple[str | None, ...],
+    tuple[str, ...],
+    tuple[float | None, ...],
+    tuple[tuple[ScoreComponent, ...], ...],
+    tuple[bool, ...],
+]
+
+
+def _from_columns(columns: Columns) -> tuple[CandidateExplanation, ...]:
+    return tuple(map(CandidateExplanation, *columns))
+
+
+class CandidateRows(LazyRows[CandidateExplanation]):
+    """One model's candidate rows; pickled as columns (``_from_columns`` rebuilds them)."""
+
+    __slots__ = ()
+
+    def __reduce__(self) -> tuple[Callable[[Columns], CandidateRows], tuple[Columns]]:
+        rows = self.rows()
+        columns: Columns = (
+            tuple(r.host_id for r in rows),
+            tuple(r.rejection for r in rows),
+            tuple(r.detail for r in rows),
+            tuple(r.score for r in rows),
+            tuple(r.components for r in rows),
+            tuple(r.chosen for r in rows),
+        )
+        return (_lazy_from_columns, (columns,))
+
+
+def _lazy_from_columns(columns: Columns) -> CandidateRows:
+    return CandidateRows(partial(_from_columns, columns))
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from collections.abc import Set as AbstractSet
 from functools import partial
 from typing import TYPE_CHECKING
 
-from gridctl.domain import CandidateExplanation, LazyRows, ModelExplanation, ScoreComponent
+from gridctl.domain import CandidateExplanation, CandidateRows, ModelExplanation, ScoreComponent
 from gridctl.planner.rejections import Rejection
 from gridctl.planner.scoring import Components
 from gridctl.planner.targets import ReplicaTarget
@@ -208,7 +208,7 @@ class ExplanationBook:
                     target_replicas=target.replicas,
                     target_reason=target.reason,
                     demand_class=target.first_class,
-                    candidates=LazyRows(partial(self._row, model_id, cells, position, static)),
+                    candidates=CandidateRows(partial(self._row, model_id, cells, position, static)),
                 )
             )
         return tuple(explanations)
