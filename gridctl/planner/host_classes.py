@@ -4,18 +4,22 @@ A large fleet is mostly copies of a few machines: equal hardware, equal
 static eligibility and score shape, equal free memory and equal planned
 members. For a model with no incumbent, cache, failure or residency on them,
 such hosts pass or fail every filter alike and score alike, so they differ
-only in host id. ``HostClasses`` groups hosts by everything static scoring,
-eligibility, the dynamic filters and the dynamic score read (the class
-``signature``), keeps each class's members in host-id order, and re-reads
-only the hosts whose ledger changed since the last search (the ledgers'
-shared journal), so a placement rescores only the classes it touched.
+only in host id and failure domain. ``HostClasses`` groups hosts by
+everything static scoring, eligibility, the dynamic filters and the dynamic
+score read but the domain (the class ``signature``), keeps each class's
+members in host-id order, overall and per domain, and re-reads only the hosts
+whose ledger changed since the last search (the ledgers' shared journal), so
+a placement rescores only the classes it touched.
 
 ``choose_by_class`` runs exactly the search ``selection.choose_host`` runs
 over ``ws.ordered_hosts(model)``, but merges classes instead of hosts: the
 search visits hosts best static score first, then host id, and a class is
 dropped at its first member that is skipped (it cannot beat the best) or
 feasible (later members, with equal scores and larger ids, cannot beat it),
-because the best only ever improves. Members that are rejected are booked one
+because the best only ever improves. A model's used failure domains split a
+class in two kinds of member, scored and filtered alike within each: those
+in a domain the model does not use yet (searched as one stream) and, per used
+domain, those in it (one stream each). Members that are rejected are booked one
 by one, as the host-by-host search books them, so the choice, the rejection
 codes, the dead hosts and the explanation book come out identical. Hosts
 special to the model (an incumbent, cached weights, failures, a residency, a
@@ -53,7 +57,8 @@ class HostClasses:
         self.alike: list[tuple[int, int]] = []  # class id -> (score shape id, static class)
         self._representative: dict[int, str] = {}
         self._class: dict[str, int] = {}
-        self._domain: list[str] = []  # class id -> failure domain
+        # class id -> failure domain -> members in id order
+        self.by_domain: dict[int, dict[str, list[str]]] = {}
         self._eligible: dict[str, tuple[int, ...]] = {}
         self._quick: dict[tuple[str, int, bool], float | None] = {}
         self._by_alike: dict[str, dict[tuple[int, int], StaticScore]] = {}
@@ -76,6 +81,8 @@ class HostClasses:
             self._representative.setdefault(static_class, host_id)
             group = self.by_static.setdefault(static_class, {})
             group.setdefault(class_id, []).append(host_id)  # host ids arrive in order
+            domains = self.by_domain.setdefault(class_id, {})
+            domains.setdefault(ws.domain_of[host_id], []).append(host_id)
         ws.journal.clear()
 
     def count(self) -> int:
@@ -100,11 +107,11 @@ class HostClasses:
             found = self._by_alike[model_id] = {}
         return found
 
-    def quick(self, model_id: str, class_id: int, host_id: str) -> float | None:
-        """``new_placement_score`` of any member of the class (memoised: the signature
-        fixes everything it reads but the model's used failure domains)."""
+    def quick(self, model_id: str, class_id: int, host_id: str, new_domain: bool) -> float | None:
+        """``new_placement_score`` of any member of the class in a failure domain the model
+        uses (``new_domain`` False) or not (memoised: the signature fixes everything else
+        it reads)."""
         ws = self._ws
-        new_domain = self._domain[class_id] not in ws.domains[model_id]
         key = (model_id, class_id, new_domain)
         if key in self._quick:
             return self._quick[key]
@@ -127,7 +134,6 @@ class HostClasses:
         if found is None:
             found = self._ids[signature] = len(self._ids)
             self.alike.append((self._ws.score_id(host_id), self._ws.static.class_of[host_id]))
-            self._domain.append(self._ws.views[host_id].domain)
         return found
 
     def _hold(self, host_id: str) -> None:
@@ -145,8 +151,8 @@ class HostClasses:
 
     def _read(self, host_id: str) -> Signature:
         """Everything a search for a model not planned, reserved or resident on the host
-        reads of it: which models are there matters only by their count and the ones
-        that carry a colocation rule."""
+        reads of it but its failure domain: which models are there matters only by their
+        count and the ones that carry a colocation rule."""
         ws = self._ws
         view = ws.views[host_id]
         ledger = ws.ledgers[host_id]
@@ -154,7 +160,6 @@ class HostClasses:
         return (
             ws.score_id(host_id),
             ws.static.class_of[host_id],
-            view.domain,
             view.new_capacity_mb,
             view.raw_mb,
             view.unmanaged_mb,
@@ -187,6 +192,12 @@ class HostClasses:
                 del group[old]
             self._class[host_id] = new
             insort(group.setdefault(new, []), host_id)
+            domain = self._ws.domain_of[host_id]
+            in_domain = self.by_domain[old][domain]
+            in_domain.remove(host_id)
+            if not in_domain:
+                del self.by_domain[old][domain]
+            insort(self.by_domain.setdefault(new, {}).setdefault(domain, []), host_id)
         journal.clear()
 
 
@@ -209,8 +220,8 @@ def worth_classing(ws: Workspace) -> bool:
 
 def _class_floor(ws: Workspace) -> int:
     """A lower bound on ``HostClasses(ws).count()``: the admitted hosts' distinct leading
-    parts of the class signature (score shape, static class and failure domain)."""
-    return len({(ws.score_id(h), c, ws.domain_of[h]) for h, c in ws.static.class_of.items()})
+    parts of the class signature (score shape and static class)."""
+    return len({(ws.score_id(h), c) for h, c in ws.static.class_of.items()})
 
 
 def classes_of(ws: Workspace) -> HostClasses:
@@ -233,12 +244,53 @@ def _special_hosts(ws: Workspace, model_id: str, dead: dict[str, RejectionCode])
     return found
 
 
-def _next_member(members: list[str], start: int, special: set[str]) -> int:
-    """The position of the first member at or after ``start`` not special to the model."""
+def _next_member(
+    members: list[str],
+    start: int,
+    special: set[str],
+    used: dict[str, int] | None = None,
+    domain_of: dict[str, str] | None = None,
+) -> int:
+    """The position of the first member at or after ``start`` not special to the model
+    (nor, given the model's ``used`` domains, in one of them)."""
     end = len(members)
+    if used and domain_of is not None:
+        while start < end and (members[start] in special or domain_of[members[start]] in used):
+            start += 1
+        return start
     while start < end and members[start] in special:
         start += 1
     return start
+
+
+_Entry = tuple[float, str, int, list[str], int | None, str | None]
+
+
+def _streams(
+    classes: HostClasses,
+    class_id: int,
+    members: list[str],
+    special: set[str],
+    used: dict[str, int],
+    domain_of: dict[str, str],
+) -> list[tuple[str, int, list[str], str | None]]:
+    """A class's members as the model's search meets them: (first member, its position,
+    the members, None) of those in a domain the model does not use yet, then, per used
+    domain with members, (first member, position, its members, the domain); hosts special
+    to the model left out."""
+    streams: list[tuple[str, int, list[str], str | None]] = []
+    at = _next_member(members, 0, special, used, domain_of)
+    if at < len(members):
+        streams.append((members[at], at, members, None))
+    if used:
+        by_domain = classes.by_domain[class_id]
+        for domain in used:
+            inside = by_domain.get(domain)
+            if inside:
+                at = _next_member(inside, 0, special)
+                if at < len(inside):
+                    streams.append((inside[at], at, inside, domain))
+    return streams
 
 
 def choose_by_class(
@@ -263,38 +315,40 @@ def choose_by_class(
     static_score = ws.static_score
     dead_hosts: dict[str, RejectionCode] = {} if dead is None else dead
     special = _special_hosts(ws, model_id, dead_hosts)
+    used = ws.domains[model_id]
+    domain_of = ws.domain_of
     by_static = classes.by_static
     alike = classes.alike
     scores = classes.alike_scores(model_id)
     memo = ws.static_scores(model_id)
-    # (-static total, host id, position in the class's members, members, class), or
-    # a lone host (0, (), None)
-    queue: list[tuple[float, str, int, list[str], int | None]] = []
+    # (-static total, host id, position in the stream's members, the stream's members,
+    # class, the used domain the stream is in or None), or a lone host (.., [], None, None)
+    queue: list[_Entry] = []
     for static_class in classes.eligible_static(model_id):
         for group, members in by_static[static_class].items():
-            at = 0
-            first = members[0]
-            if first in special:
-                at = _next_member(members, 1, special)
-                if at == len(members):
-                    continue
-                first = members[at]
+            streams = _streams(classes, group, members, special, used, domain_of)
+            if not streams:
+                continue
             shape = alike[group]
             score = scores.get(shape)
             if score is None:
+                first = streams[0][0]
                 ws.static_sum(model_id, first)
                 score = scores[shape] = memo[first]
-            queue.append((-score[0][1], first, at, members, group))
+            for first, at, stream, domain in streams:
+                queue.append((-score[0][1], first, at, stream, group, domain))
     for host_id in special:
         if host_id in eligible and host_id not in dead_hosts:
-            queue.append((-static_score(model_id, host_id)[1], host_id, 0, [], None))
+            queue.append((-static_score(model_id, host_id)[1], host_id, 0, [], None, None))
     heapq.heapify(queue)
     search = Search(ws, model_id, relax_domains, dead)
-    rejected: dict[int, Rejection] = {}  # the rejection a class's first visit met
+    # the rejection a stream's first visit met, by (class, used domain or None)
+    rejected: dict[tuple[int, str | None], Rejection] = {}
     quick_score = classes.quick
-    quick_of: dict[int, float | None] = {}  # this search's quick score per class
+    # this search's quick score per (class, whether the stream is in a new domain)
+    quick_of: dict[tuple[int, bool], float | None] = {}
     while queue:
-        key, host_id, at, members, class_id = queue[0]
+        key, host_id, at, members, class_id, domain = queue[0]
         best = search.best
         if class_id is None:
             verdict = visit(search, host_id)
@@ -303,30 +357,34 @@ def choose_by_class(
             if best is not None:
                 if -key + DYNAMIC_MAX < best.score:
                     break  # no later host can win
-                if class_id in quick_of:
-                    quick = quick_of[class_id]
+                kind = (class_id, domain is None)
+                if kind in quick_of:
+                    quick = quick_of[kind]
                 else:
-                    quick = quick_of[class_id] = quick_score(model_id, class_id, host_id)
+                    quick = quick_of[kind] = quick_score(model_id, class_id, host_id, kind[1])
                 if quick is not None and (
                     quick < best.score or (quick == best.score and host_id > best.view.host_id)
                 ):
-                    heapq.heappop(queue)  # nor can any later member of this class
+                    heapq.heappop(queue)  # nor can any later member of this stream
                     continue
-            known = rejected.get(class_id)
+            known = rejected.get((class_id, domain))
             if known is None:
                 # past the class's own pruning (``quick`` is exactly the score the member
                 # would have): the host-by-host pruning would let it through too
                 verdict = visit(search, host_id, best is not None and quick is not None)
                 if verdict is Verdict.REJECTED and search.rejection is not None:
-                    rejected[class_id] = search.rejection
+                    rejected[(class_id, domain)] = search.rejection
             else:
                 verdict = book_rejection(search, host_id, known)
         if verdict is Verdict.BREAK:
             break
         if class_id is not None and verdict is Verdict.REJECTED:
-            at = _next_member(members, at + 1, special)
+            if domain is None:
+                at = _next_member(members, at + 1, special, used, domain_of)
+            else:
+                at = _next_member(members, at + 1, special)
             if at < len(members):
-                heapq.heapreplace(queue, (key, members[at], at, members, class_id))
+                heapq.heapreplace(queue, (key, members[at], at, members, class_id, domain))
                 continue
         heapq.heappop(queue)
     if search.best is None:
