@@ -33,6 +33,9 @@ class Progress:
     missing: int = 0  # replicas the plan wants and has not got, constraints permitting
     pending: int = 0  # commands queued or delivered and not acknowledged
     proposed: int = 0  # actions the last pass proposed or deferred
+    mode: str = "unknown"  # the effective mode
+    plan: str | None = None  # the generation of the last plan, None before the first
+    warnings: tuple[str, ...] = ()  # the controller's own, as its status lists them
 
     @classmethod
     def of(cls, status: dict[str, Any]) -> Progress:
@@ -45,6 +48,9 @@ class Progress:
             pending=len(status.get("pending_commands") or []),
             proposed=len(reconciliation.get("actions") or [])
             + len(reconciliation.get("deferred") or []),
+            mode=str((status.get("mode") or {}).get("effective", "unknown")),
+            plan=(status.get("controller") or {}).get("plan_generation"),
+            warnings=tuple(str(w) for w in status.get("warnings") or []),
         )
 
     def converged(self, hosts: int) -> bool:
@@ -154,6 +160,11 @@ def report(result: SizeResult) -> None:
             f"  NOTE: not converged after {c.seconds:.0f} s ({state}); the windows below "
             "measure a fleet still converging"
         )
+        shown = "; ".join(w[:200] for w in c.progress.warnings[:3]) or "none"
+        print(
+            f"        effective mode {c.progress.mode}, last plan {c.progress.plan or 'none'}, "
+            f"controller warnings: {shown}"
+        )
     w0 = result.warmup
     print(
         f"  warm-up {w0['served']} heartbeats served of {w0['offered']} offered, "
@@ -212,20 +223,21 @@ def targets(results: list[SizeResult]) -> list[str]:
         steady = r.windows["steady"]
         both = list(r.windows.values())
         errors = sum(sum(w.errors.values()) for w in both)
+        early = sum(r.warmup["errors"].values())
+        zero = f"0 errors in the windows {_mark(errors == 0)} ({early} in the warm-up)"
         lease, control = steady.p99("lease"), steady.p99("control")
+        if not r.convergence.converged:
+            lines.append(f"{r.hosts} hosts: NOTE the fleet had not converged (see above)")
         if r.hosts == 1000:
             served = all(w.served == w.offered for w in both)
             lines.append(
-                f"1000 hosts: all offered served {_mark(served)}, 0 errors {_mark(errors == 0)}"
-                f", lease p99 {ms(lease)} <= 100 ms {_mark(lease <= 100)}, control p99 "
+                f"1000 hosts: all offered served {_mark(served)}, {zero}, lease p99 "
+                f"{ms(lease)} <= 100 ms {_mark(lease <= 100)}, control p99 "
                 f"{ms(control)} <= 250 ms {_mark(control <= 250)}"
             )
         if r.hosts == 2000:
             worst = max(lease, control)
-            lines.append(
-                f"2000 hosts: 0 errors {_mark(errors == 0)}, p99 {ms(worst)} <= 1 s "
-                f"{_mark(worst <= 1000)}"
-            )
+            lines.append(f"2000 hosts: {zero}, p99 {ms(worst)} <= 1 s {_mark(worst <= 1000)}")
         if r.burst:
             moved = max(r.moved(kind) for kind in KINDS)
             lines.append(

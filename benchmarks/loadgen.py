@@ -99,9 +99,8 @@ class HttpConnection:
 
     async def wait_closed_by_peer(self) -> None:
         """Return once the server has closed the idle connection."""
-        if self._reader is not None:
-            while await self._reader.read(65536):
-                raise AssertionError("the server sent bytes nobody asked for")
+        if self._reader is not None and await self._reader.read(65536):
+            raise AssertionError("the server sent bytes nobody asked for")
 
     async def request(
         self, method: bytes, path: bytes, headers: bytes, body: bytes

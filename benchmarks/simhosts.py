@@ -29,7 +29,6 @@ SHA = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 
 _SLOT = "@@gridctl-bench-slot-{}@@"
 _SLOTS = re.compile(r'"@@gridctl-bench-slot-(\d+)@@"')
-ACKS_SLOT = -1  # the slot of the acknowledgements list
 
 
 @dataclass(frozen=True)
@@ -40,12 +39,12 @@ class AgedBody:
     ``now`` with those acknowledgements."""
 
     parts: tuple[str, ...]
-    slots: tuple[float, ...]  # per slot: the ``since`` of an age, or ACKS_SLOT
+    slots: tuple[float | None, ...]  # per slot: the ``since`` of an age; None: the acks
 
     def render(self, now: float, acknowledgements: str) -> bytes:
         out = [self.parts[0]]
         for since, part in zip(self.slots, self.parts[1:], strict=True):
-            if since == ACKS_SLOT:
+            if since is None:
                 out.append(acknowledgements)
             else:
                 out.append(repr(round(max(0.0, now - since), 3)))  # reports._age, as JSON
@@ -58,12 +57,12 @@ def aged_body(body: dict[str, Any], sinces: dict[tuple[str, int, str], float]) -
     (``(list, row, field) -> since`` inside the allocator envelope) and the
     acknowledgements turned into slots."""
     envelope = body["allocator"]
-    slots: list[float] = []
+    slots: list[float | None] = []
     for (rows, index, name), since in sinces.items():
         envelope[rows][index][name] = _SLOT.format(len(slots))
         slots.append(since)
     body["acknowledgements"] = _SLOT.format(len(slots))
-    slots.append(ACKS_SLOT)
+    slots.append(None)
     pieces = _SLOTS.split(json.dumps(body))
     parts, order = pieces[0::2], [int(i) for i in pieces[1::2]]
     if sorted(order) != list(range(len(slots))):
