@@ -185,6 +185,14 @@ class ControllerMetrics:
             buckets=TICK_BUCKETS,
             registry=self.registry,
         )
+        self.tick_phase = Histogram(
+            "gridctl_tick_phase_seconds",
+            "wall time of each phase of a pass: renew (authority lease), gather (inputs), "
+            "plan (placement and reconciliation, in the planning process if one runs), commit",
+            ["phase"],
+            buckets=TICK_BUCKETS,
+            registry=self.registry,
+        )
         self.ticks = Counter(
             "gridctl_ticks", "reconciliation passes by outcome", ["outcome"], registry=self.registry
         )
@@ -219,6 +227,8 @@ class ControllerMetrics:
 
     def observe_tick(self, record: TickRecord) -> None:
         self.tick_duration.observe(max(0.0, record.duration_ms / 1000.0))
+        for phase, spent_ms in record.phases:
+            self.tick_phase.labels(phase).observe(max(0.0, spent_ms / 1000.0))
         self.ticks.labels("ok" if record.ok else "failed").inc()
 
     def observe_request(self, observation: RequestObservation) -> None:

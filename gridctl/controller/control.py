@@ -87,6 +87,23 @@ class TickRecord:
     duration_ms: float
     ok: bool
     error: str | None = None
+    # wall time of each phase that ran: renew (the authority lease), gather (inputs from
+    # the registry, store and demand book), plan (``compute``, maybe in a worker process)
+    # and commit (persist and announce)
+    phases: tuple[tuple[str, float], ...] = ()
+
+
+class PhaseTimer:
+    """Wall time per phase of one tick, each phase from the end of the one before."""
+
+    def __init__(self, started: float) -> None:
+        self._mark = started
+        self.spent: tuple[tuple[str, float], ...] = ()
+
+    def done(self, phase: str) -> None:
+        now = time.monotonic()
+        self.spent += ((phase, (now - self._mark) * 1000),)
+        self._mark = now
 
 
 PortfolioKey = tuple[float, tuple[HostSnapshot, ...], tuple[ModelProfile, ...], int]
@@ -480,9 +497,11 @@ class Controller:
             with self._lock:
                 dirty = self.revisions["dirty"]
                 safety = self.revisions["safety"]
+            phases = PhaseTimer(started)
             try:
                 self.renew_authority()
-                self._tick_once()
+                phases.done("renew")
+                self._tick_once(phases)
             except Exception as exc:  # a failed tick must not kill the loop
                 log.exception("tick failed")
                 record = TickRecord(
@@ -490,9 +509,12 @@ class Controller:
                     (time.monotonic() - started) * 1000,
                     False,
                     f"{type(exc).__name__}: {exc}",
+                    phases.spent,
                 )
             else:
-                record = TickRecord(self.clock(), (time.monotonic() - started) * 1000, True)
+                record = TickRecord(
+                    self.clock(), (time.monotonic() - started) * 1000, True, None, phases.spent
+                )
             with self._lock:
                 self.last_tick = record
                 self.counts["ticks"] += 1
@@ -593,7 +615,7 @@ class Controller:
             return frozenset()
         return frozenset(str(i) for i in applied.get("action_ids") or [])
 
-    def _tick_once(self) -> None:
+    def _tick_once(self, phases: PhaseTimer) -> None:
         desired = self.desired.current
         if desired is None:
             raise RuntimeError("no valid desired state yet")
@@ -602,7 +624,11 @@ class Controller:
         if not self.is_follower():
             self._rebase_after_clock_step(now)
         inputs = self.gather(desired, now, preview=False)
-        self._commit(inputs, self.compute(inputs))
+        phases.done("gather")
+        outcome = self.compute(inputs)
+        phases.done("plan")
+        self._commit(inputs, outcome)
+        phases.done("commit")
         self._planned_at = inputs.now  # a failed tick covers nothing
 
     def _rebase_after_clock_step(self, now: float) -> None:

@@ -353,6 +353,7 @@ def build_status(ctl: Controller) -> dict[str, Any]:
             "duration_ms": round(ctl.last_tick.duration_ms, 3),
             "ok": ctl.last_tick.ok,
             "error": ctl.last_tick.error,
+            "phases_ms": {phase: round(spent, 3) for phase, spent in ctl.last_tick.phases},
         },
         "last_successful_tick_duration_ms": (
             round(ctl.last_success_ms, 3) if ctl.last_success_ms is not None else None

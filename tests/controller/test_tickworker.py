@@ -57,6 +57,8 @@ async def test_the_worker_decides_exactly_what_the_tick_thread_decides(
             record = ctl.tick()
             assert record.ok, record.error
             assert ctl.last_plan == here.plan
+            assert [name for name, _ in record.phases] == ["renew", "gather", "plan", "commit"]
+            assert sum(spent for _, spent in record.phases) <= record.duration_ms
     finally:
         ticks.close()
 

@@ -77,6 +77,10 @@ async def test_metrics_carry_every_series_with_sensible_values(tmp_path: Path) -
 
     assert value(found, "gridctl_tick_duration_seconds_count") >= 2
     assert value(found, "gridctl_tick_duration_seconds_sum") > 0
+    ticks = value(found, "gridctl_tick_duration_seconds_count")
+    for phase in ("renew", "gather", "plan", "commit"):  # every successful pass ran each
+        assert value(found, "gridctl_tick_phase_seconds_count", phase=phase) == ticks
+    assert value(found, "gridctl_tick_phase_seconds_sum", phase="plan") > 0
     assert value(found, "gridctl_ticks_total", outcome="ok") >= 2
     assert value(found, "gridctl_router_requests_total", model="gemma", outcome="ok") == 3
     assert value(found, "gridctl_router_requests_total", model="gemma", outcome="error") == 2
