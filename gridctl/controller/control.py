@@ -165,6 +165,7 @@ class Controller:
         # the latest revision that changed something a tick reads; later revisions that
         # changed nothing are covered by the tick that covered it (see ``note_input``)
         self._semantic = 0
+        self._retry = False  # the last tick failed: every input asks for another one
         self.counts = {"ticks": 0, "events": 0}  # what status_revision follows
         self._acked: set[str] = set()  # hosts whose next heartbeat is news to the reconciler
         # an unchanged heartbeat is covered by a tick planned at most this long before it
@@ -238,8 +239,10 @@ class Controller:
             if safety:
                 self.revisions["safety"] += 1
             revision = self.revisions["dirty"]
-            # after a failed tick every input asks for another one
-            semantic = semantic or safety or self._semantic > self.revisions["success"]
+            # after a failed tick every input asks for another one (an unchanged input
+            # while a tick is pending is covered when that tick ends: it must not ask
+            # for one more, or a busy fleet would keep ticks running back to back)
+            semantic = semantic or safety or self._retry
             if semantic:
                 self._semantic = revision
             else:
@@ -519,6 +522,7 @@ class Controller:
                 self.last_tick = record
                 self.counts["ticks"] += 1
                 self.revisions["processed"] = max(self.revisions["processed"], dirty)
+                self._retry = not record.ok
                 if record.ok:
                     self.revisions["success"] = max(self.revisions["success"], dirty)
                     self.revisions["success_safety"] = safety

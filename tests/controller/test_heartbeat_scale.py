@@ -233,3 +233,42 @@ async def test_a_poll_of_a_host_with_nothing_pending_reads_no_store(
     assert [c["kind"] for c in warm["allocator"]["commands"]] == ["warm"]
     assert idle["allocator"]["commands"] == []
     assert read == ["local-1"]  # the idle host's poll never reached the store
+
+
+async def test_unchanged_heartbeats_during_a_tick_are_covered_by_it_and_ask_for_no_other(
+    quiet: Any,
+) -> None:
+    """A busy fleet sends unchanged heartbeats while every tick runs: they are covered when
+    that tick ends, so the next unchanged one is answered at once and no tick follows."""
+    from gridctl.controller.ticking import compute_tick
+
+    service, client, clock = quiet
+    ctl = service.controller
+    async with client:
+        first, second = node(service, client, clock, 1), node(service, client, clock, 2)
+        await first.register()
+        await second.register()
+        ctl.tick()
+        await second.heartbeat(request_commands=False)  # second's unchanged copy is on record
+        during: list[int] = []
+        body = {
+            "node_id": "local-2",
+            "resources": second.resources(),
+            "allocator": second.envelope(),
+            "request_commands": False,
+        }
+
+        def planning_while_a_heartbeat_arrives(inputs: Any) -> Any:
+            during.append(ctl.heartbeat("local-2", body))
+            return compute_tick(inputs)
+
+        ctl.mark_dirty()  # a semantic input: the tick below is for it
+        ctl.compute = planning_while_a_heartbeat_arrives
+        assert ctl.tick().ok
+        ctl.compute = compute_tick
+        assert ctl.tick_covered(during[0]) is True  # covered by the tick it arrived during
+        ctl.wake.clear()
+        ticks = ctl.counts["ticks"]
+        await second.heartbeat(request_commands=True)
+        assert not ctl.wake.is_set() and ctl.counts["ticks"] == ticks
+        assert ctl.revisions["processed"] == ctl.revisions["success"] == ctl.revisions["dirty"]
