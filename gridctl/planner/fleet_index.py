@@ -91,7 +91,7 @@ class FleetIndex:
             if (found := _colocation_breach(view.live_models, self.profiles, self.exclusions))
         }
         # memos of pure functions of (model, host shape)
-        self.new_runtime: dict[tuple[str, int], tuple[str, int] | None] = {}
+        self.new_runtime: dict[str, dict[int, tuple[str, int] | None]] = {}  # by shape
         self.footprint: dict[str, dict[int, int | None]] = {}  # model -> shape -> MB
         # static score parts by everything they read (``Workspace._static_score``'s key:
         # the model's score signature, the host's score shape, the pair's own facts and the

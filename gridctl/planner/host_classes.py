@@ -326,15 +326,22 @@ def choose_by_class(
     queue: list[_Entry] = []
     for static_class in classes.eligible_static(model_id):
         for group, members in by_static[static_class].items():
-            streams = _streams(classes, group, members, special, used, domain_of)
-            if not streams:
-                continue
+            first = members[0]
+            if used or first in special:
+                streams = _streams(classes, group, members, special, used, domain_of)
+                if not streams:
+                    continue
+                first = streams[0][0]
+            else:
+                streams = None  # one stream, from the first member: the common case
             shape = alike[group]
             score = scores.get(shape)
             if score is None:
-                first = streams[0][0]
                 ws.static_sum(model_id, first)
                 score = scores[shape] = memo[first]
+            if streams is None:
+                queue.append((-score[0][1], first, 0, members, group, None))
+                continue
             for first, at, stream, domain in streams:
                 queue.append((-score[0][1], first, at, stream, group, domain))
     for host_id in special:

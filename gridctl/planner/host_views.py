@@ -134,7 +134,7 @@ def build_host_view(
     managed = 0
     fixed = 0
     fixed_models: set[str] = set()
-    cached = {(c.model_id, c.artifact_sha256) for c in host.cached}
+    cached = {(c.model_id, c.artifact_sha256) for c in host.cached} if host.cached else set()
     active = 0
     for residency in host.residencies:
         active += residency.active_requests
@@ -155,10 +155,14 @@ def build_host_view(
         else:
             unmanaged_rows += memory
             fixed_models.add(residency.model_id)
-    ordered = tuple(sorted(live, key=lambda r: (r.model_id, r.residency.state.value, r.memory_mb)))
     by_model: dict[str, tuple[LiveResidency, ...]] = {}
-    for row in ordered:
-        by_model[row.model_id] = (*by_model.get(row.model_id, ()), row)
+    ordered: tuple[LiveResidency, ...] = ()
+    if live:
+        ordered = tuple(
+            sorted(live, key=lambda r: (r.model_id, r.residency.state.value, r.memory_mb))
+        )
+        for row in ordered:
+            by_model[row.model_id] = (*by_model.get(row.model_id, ()), row)
     return HostView(
         host=host,
         admission=admission_rejection(host, now, policy),
@@ -167,7 +171,7 @@ def build_host_view(
         unmanaged_mb=max(res.external_mb, unmanaged_rows),
         live_managed_mb=managed,
         live=ordered,
-        live_models=frozenset(r.model_id for r in live),
+        live_models=frozenset(by_model),
         fixed_mb=fixed,
         fixed_models=frozenset(fixed_models),
         cached=frozenset(cached),
@@ -179,12 +183,12 @@ def build_host_view(
         by_model=by_model,
         learned={row.model_id: row for row in host.learned},
         shape=(
-            tuple(sorted(res.runtimes)),
-            tuple(sorted(res.backends)),
-            tuple(sorted(res.allowed_data_tiers)),
-            tuple(sorted(res.tags)),
-            tuple(sorted(res.allowed_models)),
-            tuple(sorted(res.denied_models)),
+            _sorted(res.runtimes),
+            _sorted(res.backends),
+            _sorted(res.allowed_data_tiers),
+            _sorted(res.tags),
+            _sorted(res.allowed_models),
+            _sorted(res.denied_models),
             res.gpu_count,
             res.gpu_memory_mb,
         ),
@@ -198,3 +202,10 @@ def build_host_view(
             active,
         ),
     )
+
+
+def _sorted(values: tuple[str, ...]) -> tuple[str, ...]:
+    """``tuple(sorted(values))``, without the copy when there is nothing to sort."""
+    if type(values) is tuple and len(values) < 2:
+        return values
+    return tuple(sorted(values))

@@ -176,11 +176,11 @@ def candidate_for(ws: Workspace, model_id: str, host_id: str) -> Candidate | Rej
     if incumbent is not None:
         runtime = residency_runtime_label(profile, incumbent.residency, view.host)
         return Candidate(profile, view, ledger, runtime, incumbent.memory_mb, incumbent, 0)
-    if ws.stale_resident(model_id, host_id):
-        return Rejection(
-            RejectionCode.STALE_ARTIFACT_IN_PLACE, "an old artifact revision is resident here"
-        )
     if view.residencies_of(model_id):
+        if ws.stale_resident(model_id, host_id):
+            return Rejection(
+                RejectionCode.STALE_ARTIFACT_IN_PLACE, "an old artifact revision is resident here"
+            )
         return Rejection(RejectionCode.MODEL_RESIDENT, "a non-serving copy is still resident")
     choice = ws.new_runtime(model_id, host_id)
     if choice is None:  # pragma: no cover - static eligibility guarantees a runtime
@@ -317,10 +317,12 @@ def visit(search: Search, host_id: str, pruned: bool = False) -> Verdict:
         rejection = evaluate(ws, shaped)
     else:
         # the score is cheap and exact for a feasible host: one that cannot beat
-        # the best so far is left unevaluated (a better host was found first)
-        value = score_value(ws, shaped)
-        if value < best.score or (value == best.score and host_id > best.view.host_id):
-            return Verdict.SKIPPED
+        # the best so far is left unevaluated (a better host was found first); the
+        # caller's pruning already compared a new placement's exact score
+        if not (pruned and shaped.incumbent is None):
+            value = score_value(ws, shaped)
+            if value < best.score or (value == best.score and host_id > best.view.host_id):
+                return Verdict.SKIPPED
         shaped.relax_domains = search.relax_domains
         rejection = first_rejection(ws, shaped)
         if rejection is None:

@@ -301,11 +301,15 @@ class Workspace:
 
     def new_runtime(self, model_id: str, host_id: str) -> tuple[str, int] | None:
         """(runtime, footprint) of a new placement; a function of the host's shape."""
-        key = (model_id, self.static.shape_of[host_id])
-        if key not in self._new_runtime:
-            profile = self.profiles[model_id]
-            self._new_runtime[key] = runtime_for_new_placement(profile, self.views[host_id].host)
-        return self._new_runtime[key]
+        by_shape = self._new_runtime.get(model_id)
+        if by_shape is None:
+            by_shape = self._new_runtime[model_id] = {}
+        shape = self.static.shape_of[host_id]
+        if shape in by_shape:
+            return by_shape[shape]
+        profile = self.profiles[model_id]
+        found = by_shape[shape] = runtime_for_new_placement(profile, self.views[host_id].host)
+        return found
 
     def searched(self, model_id: str) -> bool:
         """Whether the model ever ranked its eligible hosts (searched for a new replica)."""
