@@ -237,29 +237,64 @@ def object_properties(
     return found
 
 
-def _fill(instance: Any, schema: dict[str, Any], base_uri: str) -> None:
-    schema, base_uri = resolve(schema, base_uri)
-    if isinstance(instance, dict):
-        for name, sub, sub_base in object_properties(schema, base_uri):
-            resolved, resolved_base = resolve(sub, sub_base)
-            if name not in instance:
-                if "default" in sub:
-                    instance[name] = copy.deepcopy(sub["default"])
-                elif "default" in resolved:
-                    instance[name] = copy.deepcopy(resolved["default"])
-                else:
-                    continue
-            _fill(instance[name], resolved, resolved_base)
-    elif isinstance(instance, list) and isinstance(schema.get("items"), dict):
-        for item in instance:
-            _fill(item, schema["items"], base_uri)
+_NO_DEFAULT = object()
+_IMMUTABLE = (str, int, float, bool, type(None))
+
+
+class _DefaultsPlan:
+    """What ``fill_defaults`` does at one place of a schema, worked out from the schema
+    (its ``$ref``s resolved, its ``allOf`` members listed) the first time an instance
+    reaches that place and kept: a filled heartbeat follows no reference at all."""
+
+    def __init__(self, schema: dict[str, Any], base_uri: str) -> None:
+        self._schema, self._base = resolve(schema, base_uri)
+        self._properties: list[tuple[str, Any, _DefaultsPlan]] | None = None
+        self._items: _DefaultsPlan | None = None
+
+    def properties(self) -> list[tuple[str, Any, _DefaultsPlan]]:
+        if self._properties is None:
+            found = []
+            for name, sub, sub_base in object_properties(self._schema, self._base):
+                resolved, resolved_base = resolve(sub, sub_base)
+                default = sub.get("default", resolved.get("default", _NO_DEFAULT))
+                found.append((name, default, _DefaultsPlan(resolved, resolved_base)))
+            self._properties = found
+        return self._properties
+
+    def items(self) -> _DefaultsPlan | None:
+        items = self._schema.get("items")
+        if not isinstance(items, dict):
+            return None
+        if self._items is None:
+            self._items = _DefaultsPlan(items, self._base)
+        return self._items
+
+    def apply(self, instance: Any) -> None:
+        if isinstance(instance, dict):
+            for name, default, plan in self.properties():
+                if name not in instance:
+                    if default is _NO_DEFAULT:
+                        continue
+                    fresh = isinstance(default, _IMMUTABLE)
+                    instance[name] = default if fresh else copy.deepcopy(default)
+                plan.apply(instance[name])
+        elif isinstance(instance, list):
+            each = self.items()
+            if each is not None:
+                for item in instance:
+                    each.apply(item)
+
+
+@cache
+def _defaults_plan(relative: str) -> _DefaultsPlan:
+    schema = load_schema(relative)
+    return _DefaultsPlan(schema, schema["$id"])
 
 
 def fill_defaults(instance: Any, relative: str) -> Any:
     """A deep copy of a *valid* ``instance`` with every schema default applied."""
     result = copy.deepcopy(instance)
-    schema = load_schema(relative)
-    _fill(result, schema, schema["$id"])
+    _defaults_plan(relative).apply(result)
     return result
 
 
