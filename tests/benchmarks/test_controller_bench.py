@@ -29,23 +29,22 @@ from gridctl.controller.serving import ControllerService, ServiceOptions
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
-def bench_module(name: str) -> ModuleType:
-    """A module of ``benchmarks/`` (they import each other by plain name, as scripts)."""
+def bench_modules() -> tuple[ModuleType, ModuleType, ModuleType]:
+    """``simhosts``, ``loadgen`` and the driver: the benchmarks import each other by plain
+    name, as scripts do; the driver's generic file name is loaded under another."""
     if str(BENCHMARKS) not in sys.path:
         sys.path.append(str(BENCHMARKS))
-    key = f"gridctl_bench_{name}"
+    key = "gridctl_controller_benchmark"
     if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, BENCHMARKS / f"{name}.py")
+        spec = importlib.util.spec_from_file_location(key, BENCHMARKS / "controller.py")
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.modules[key] = module
         spec.loader.exec_module(module)
-    return sys.modules[key]
+    return importlib.import_module("simhosts"), importlib.import_module("loadgen"), sys.modules[key]
 
 
-simhosts = bench_module("simhosts")
-loadgen = bench_module("loadgen")
-driver = bench_module("controller")
+simhosts, loadgen, driver = bench_modules()
 
 
 class Clock:
