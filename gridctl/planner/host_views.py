@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from gridctl.domain import (
     ControllerPolicy,
@@ -55,9 +56,12 @@ class LiveResidency:
         return self.residency.actuatable
 
 
-@dataclass(frozen=True, slots=True)
-class HostView:
-    """Everything the planner needs to know about one host, computed once."""
+class HostView(NamedTuple):
+    """Everything the planner needs to know about one host, computed once.
+
+    Immutable; a named tuple rather than a frozen dataclass because a plan builds one
+    per host and a frozen dataclass of this many fields is several times slower to make.
+    """
 
     host: HostSnapshot
     admission: Rejection | None  # why no new work at all, or None
