@@ -116,7 +116,10 @@ def compiled(relative: str) -> jsonschema_rs.Validator | None:
     schema = inlined(load_schema(relative))
     if schema is None or not _portable(schema):
         return None
-    return jsonschema_rs.Draft202012Validator(schema, validate_formats=False, offline=True)
+    try:
+        return jsonschema_rs.Draft202012Validator(schema, validate_formats=False, offline=True)
+    except ValueError:  # a schema the compiler does not take stays with jsonschema
+        return None
 
 
 def _portable(node: Any) -> bool:
