@@ -226,6 +226,20 @@ class Controller:
     def mark_dirty(self, *, safety: bool = False) -> int:
         return self.note_input(semantic=True, safety=safety)
 
+    def note_demand(self) -> int:
+        """A router observation: demand the next tick plans, which wakes the tick loop but
+        holds back no command poll. A poll is answered from the last successful tick (as
+        for an unchanged heartbeat); the tick it woke plans the new demand, and its
+        commands go out on the polls after it. A burst of requests therefore never makes
+        the whole fleet's polls wait for a tick."""
+        with self._lock:
+            self.revisions["dirty"] += 1
+            revision = self.revisions["dirty"]
+            self._cover_unchanged()
+        self.wake.set()
+        self._announce()
+        return revision
+
     def note_input(self, *, semantic: bool, safety: bool = False) -> int:
         """Advance the causal revision for one input and return it.
 

@@ -176,7 +176,6 @@ class ControllerService:
         self._engine_context: ssl.SSLContext | None = None
         self._server_config: uvicorn.Config | None = None
         self._reasons: dict[str, str] | None = None  # model -> why it has no ready replica
-        self._reasons_tick = -1  # the tick count the table was built after
         self._reasons_asked = False  # a 503 read the table since the last tick
         self.ticks: ProcessTicks | None = None  # the planning process, while serving
 
@@ -201,7 +200,7 @@ class ControllerService:
         return ApiDesired(clock, documents=documents, policy=policy, on_change=save)
 
     def _demand_arrived(self, _observation: RequestObservation) -> None:
-        self.controller.mark_dirty()
+        self.controller.note_demand()
 
     def _desired_changed(self) -> None:
         self.controller.mark_dirty(safety=True)
@@ -268,15 +267,16 @@ class ControllerService:
         return profile.endpoints if profile else None
 
     def _unavailable_reason(self, model: str) -> str:
-        """Why ``model`` has no ready replica, from a per-model table built once per tick:
-        a burst of 503s reads it and builds nothing more. The tick thread rebuilds it
-        after each tick while 503s are being answered; a fleet answering none pays
-        nothing, and its first 503 after a tick builds the table once."""
+        """Why ``model`` has no ready replica, from a per-model table the tick thread
+        builds after each tick while 503s are being answered: a burst of 503s reads it
+        and builds nothing on the serving loop, and a fleet answering none pays nothing.
+        The first 503 after quiet ticks reads the table of the last tick that saw one
+        (a reason at most a few ticks old) and asks the next tick for a fresh one."""
         self._reasons_asked = True
         if self.controller.last_tick is None:
             return "Unknown: no plan yet"
         table = self._reasons
-        if table is None or self._reasons_tick != self.controller.counts["ticks"]:
+        if table is None:  # only before the first tick that saw a 503
             table = self._build_reasons()
         return table.get(model, "not configured")
 
@@ -286,11 +286,10 @@ class ControllerService:
             self._build_reasons()
 
     def _build_reasons(self) -> dict[str, str]:
-        tick = self.controller.counts["ticks"]
         table = {
             str(row["model_id"]): f"{row['health']}: {row['reason']}" for row in self._model_rows()
         }
-        self._reasons, self._reasons_tick = table, tick
+        self._reasons = table
         return table
 
     def _model_rows(self) -> list[dict[str, object]]:

@@ -272,3 +272,27 @@ async def test_unchanged_heartbeats_during_a_tick_are_covered_by_it_and_ask_for_
         await second.heartbeat(request_commands=True)
         assert not ctl.wake.is_set() and ctl.counts["ticks"] == ticks
         assert ctl.revisions["processed"] == ctl.revisions["success"] == ctl.revisions["dirty"]
+
+
+async def test_router_demand_wakes_the_tick_loop_but_holds_back_no_poll(quiet: Any) -> None:
+    """A burst of requests is demand the next tick plans; the fleet's command polls are
+    answered from the last tick meanwhile instead of waiting for that one."""
+    service, client, clock = quiet
+    ctl = service.controller
+    async with client:
+        host = node(service, client, clock, 1)
+        await host.register()
+        ctl.tick()
+        await host.heartbeat(request_commands=False)
+        ctl.wake.clear()
+        ticks, demand = ctl.counts["ticks"], ctl.demand.revision
+        for _ in range(5):
+            answer = await client.post("/v1/chat/completions", json={"model": "gemma"})
+            assert answer.status_code == 503
+        assert service.tap.flush()  # the observations reached the demand book
+        assert ctl.demand.revision > demand
+        assert ctl.wake.is_set()  # the tick loop is asked to plan the new demand
+        assert ctl.tick_covered(ctl.revisions["dirty"]) is True  # nothing for a poll to wait on
+        await host.heartbeat(request_commands=True)
+        assert ctl.counts["ticks"] == ticks  # answered from the last tick
+        assert ctl.revisions["processed"] == ctl.revisions["dirty"]
