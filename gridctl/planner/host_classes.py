@@ -61,6 +61,9 @@ class HostClasses:
         self.by_domain: dict[int, dict[str, list[str]]] = {}
         self._eligible: dict[str, tuple[int, ...]] = {}
         self._quick: dict[tuple[str, int, bool], float | None] = {}
+        # the rejection a new replica met on a member of a class, by everything the
+        # dynamic filters read of the replica (``filter_key``): models alike in it share it
+        self.rejections: dict[tuple[object, ...], Rejection] = {}
         self._by_alike: dict[str, dict[tuple[int, int], StaticScore]] = {}
         # per model: hosts where it is planned or reserved (special to its searches)
         self.holders: dict[str, set[str]] = {}
@@ -127,6 +130,29 @@ class HostClasses:
             )
         self._quick[key] = found
         return found
+
+    def filter_key(
+        self, model_id: str, class_id: int, host_id: str, domain: str | None, relax: bool
+    ) -> tuple[object, ...] | None:
+        """Everything the dynamic filters read of a new replica on a member of the class
+        in ``domain`` (None: a domain the model does not use yet), beside the class's
+        signature: its footprint, artifact size, colocation rules and whether its
+        failure-domain minimum is met; None where it is not a new placement."""
+        ws = self._ws
+        footprint = ws.new_footprint(model_id, host_id)
+        if footprint is None:
+            return None
+        profile = ws.profiles[model_id]
+        domain_free = domain is None or relax or not ws.needs_new_domain(model_id)
+        return (
+            class_id,
+            domain,
+            domain_free,
+            footprint,
+            profile.artifact.size_mb or 0,
+            profile.max_colocated_models,
+            ws.exclusions.get(model_id),
+        )
 
     def _id_of(self, host_id: str) -> int:
         signature = self._read(host_id)
@@ -200,6 +226,21 @@ class HostClasses:
             insort(self.by_domain.setdefault(new, {}).setdefault(domain, []), host_id)
         journal.clear()
 
+
+# what the dynamic filters reject for (``selection.DYNAMIC_FILTERS``): the rejections
+# ``HostClasses.rejections`` may share between models
+DYNAMIC_CODES = frozenset(
+    {
+        RejectionCode.MODEL_SLOTS,
+        RejectionCode.COLOCATION_EXCLUDE,
+        RejectionCode.COLOCATION_CEILING,
+        RejectionCode.FAILURE_DOMAIN,
+        RejectionCode.DISK_UNKNOWN,
+        RejectionCode.DISK_ADMISSION,
+        RejectionCode.MEMORY_INCREMENTAL,
+        RejectionCode.MEMORY_DESIRED,
+    }
+)
 
 # a fleet with fewer than this many hosts per class is searched host by host: the
 # class search pays per class and its shortcuts need classes with several members
@@ -375,12 +416,21 @@ def choose_by_class(
                     heapq.heappop(queue)  # nor can any later member of this stream
                     continue
             known = rejected.get((class_id, domain))
+            filters: tuple[object, ...] | None = None
+            if known is None:
+                filters = classes.filter_key(model_id, class_id, host_id, domain, relax_domains)
+                if filters is not None:
+                    known = classes.rejections.get(filters)
+                    if known is not None:
+                        rejected[(class_id, domain)] = known
             if known is None:
                 # past the class's own pruning (``quick`` is exactly the score the member
                 # would have): the host-by-host pruning would let it through too
                 verdict = visit(search, host_id, best is not None and quick is not None)
                 if verdict is Verdict.REJECTED and search.rejection is not None:
                     rejected[(class_id, domain)] = search.rejection
+                    if filters is not None and search.rejection.code in DYNAMIC_CODES:
+                        classes.rejections[filters] = search.rejection
             else:
                 verdict = book_rejection(search, host_id, known)
         if verdict is Verdict.BREAK:
