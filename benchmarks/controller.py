@@ -167,8 +167,14 @@ class Controller:
     state: Path
 
     def cpu_seconds(self) -> float:
-        times = psutil.Process(self.proc.pid).cpu_times()
-        return float(times.user + times.system)
+        """CPU of the controller's processes: the one serving and its planning process."""
+        main = psutil.Process(self.proc.pid)
+        total = 0.0
+        for proc in [main, *main.children(recursive=True)]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                times = proc.cpu_times()
+                total += times.user + times.system
+        return total
 
 
 def spawn(argv: list[str], log: Path, *, stdin: int | None = None) -> subprocess.Popen[bytes]:

@@ -186,7 +186,7 @@ def report(result: SizeResult) -> None:
         gen_per = w.gen_cpu * w.seconds / w.served * 1000 if w.served else float("nan")
         print(
             f"          controller CPU {w.ctl_cpu * 100:.0f}% of a core ({ctl_per:.2f} ms per "
-            "served heartbeat, ticks and probes included)"
+            "served heartbeat; serving and planning processes, ticks and probes included)"
         )
         print(
             f"          generators CPU {w.gen_cpu * 100:.0f}% of a core ({gen_per:.2f} ms per "
