@@ -198,6 +198,9 @@ class Registry:
     def __init__(self, route_lease_seconds: float = 60.0) -> None:
         self._lock = threading.RLock()
         self._hosts: dict[str, HostRecord] = {}
+        # model -> hosts whose record has a route for it: the router's admission reads
+        # a model's few replicas instead of scanning every host of a large fleet
+        self._route_hosts: dict[str, set[str]] = {}
         self._active: dict[tuple[str, str], int] = {}  # (host, model) -> router-owned count
         self._last_used: dict[str, float] = {}  # model -> controller-clock watermark
         self.route_lease_seconds = route_lease_seconds
@@ -215,7 +218,7 @@ class Registry:
         with self._lock:
             prior = self._hosts.get(host_id)
             record = self._build(host_id, payload, now, prior, registering=True)
-            self._hosts[host_id] = record
+            self._store(host_id, record)
             return record
 
     def register_external(
@@ -286,8 +289,27 @@ class Registry:
             load = payload.get("load") or {}
             record.queue_depth = int(load.get("queue_depth", 0))
             record.active_tasks = int(load.get("active_tasks", 0))
-            self._hosts[host_id] = record
+            self._store(host_id, record)
             return record
+
+    def _store(self, host_id: str, record: HostRecord | None) -> None:
+        """Under the lock: put (or, with None, forget) a host's record and keep the
+        model -> routed hosts index in step with it."""
+        prior = self._hosts.get(host_id)
+        before = set(prior.routes) if prior is not None else set()
+        after = set(record.routes) if record is not None else set()
+        for model_id in before - after:
+            hosts = self._route_hosts.get(model_id)
+            if hosts is not None:
+                hosts.discard(host_id)
+                if not hosts:
+                    del self._route_hosts[model_id]
+        for model_id in after - before:
+            self._route_hosts.setdefault(model_id, set()).add(host_id)
+        if record is None:
+            self._hosts.pop(host_id, None)
+        else:
+            self._hosts[host_id] = record
 
     def _build(
         self,
@@ -432,7 +454,8 @@ class Registry:
         """Admitted, ready, corroborated routes for ``model_id`` (invariant 4)."""
         with self._lock:
             result = []
-            for record in self._hosts.values():
+            for host_id in self._route_hosts.get(model_id, ()):
+                record = self._hosts[host_id]
                 route = record.routes.get(model_id)
                 if route is None or not record.state.admits_new_work:
                     continue
@@ -493,7 +516,7 @@ class Registry:
 
     def served_models(self, now: float) -> list[str]:
         with self._lock:
-            models = {model for record in self._hosts.values() for model in record.routes}
+            models = set(self._route_hosts)
         return sorted(m for m in models if self.routable(m, now))
 
     def request_started(self, host_id: str, model_id: str, now: float) -> None:
@@ -587,7 +610,7 @@ class Registry:
 
     def forget(self, host_id: str) -> None:
         with self._lock:
-            self._hosts.pop(host_id, None)
+            self._store(host_id, None)
 
     def snapshot(self, now: float, demand: tuple[ModelDemand, ...] = ()) -> FleetSnapshot:
         """The frozen observation the planner and reconciler read."""
