@@ -613,9 +613,17 @@ class Registry:
             self._store(host_id, None)
 
     def snapshot(self, now: float, demand: tuple[ModelDemand, ...] = ()) -> FleetSnapshot:
-        """The frozen observation the planner and reconciler read."""
+        """The frozen observation the planner and reconciler read.
+
+        The records and the router's counts are taken under the lock and the snapshots
+        built after it: on a large fleet building them takes milliseconds, and every
+        heartbeat on the serving loop would wait that long for the lock. Records are
+        replaced, never changed, on intake; a probe landing meanwhile is read as if it
+        had landed just before or just after, host by host."""
         with self._lock:
-            hosts = tuple(self._host_snapshot(self._hosts[h], now) for h in sorted(self._hosts))
+            records = [self._hosts[h] for h in sorted(self._hosts)]
+            active, last_used = dict(self._active), dict(self._last_used)
+        hosts = tuple(self._host_snapshot(r, now, active, last_used) for r in records)
         return FleetSnapshot(now=now, hosts=hosts, demand=demand)
 
     def queued_work(self, now: float) -> dict[str, int]:
@@ -650,16 +658,25 @@ class Registry:
                 return ResidencyState.WARMING
         return state
 
-    def _host_snapshot(self, record: HostRecord, now: float) -> HostSnapshot:
+    def _host_snapshot(
+        self,
+        record: HostRecord,
+        now: float,
+        counts: Mapping[tuple[str, str], int] | None = None,
+        watermarks: Mapping[str, float] | None = None,
+    ) -> HostSnapshot:
+        """One host as planned; ``counts`` and ``watermarks`` are copies of the router's
+        active requests and last-used times (default: the live ones, under the lock)."""
+        counts = self._active if counts is None else counts
+        watermarks = self._last_used if watermarks is None else watermarks
         residencies = []
         for residency in record.residencies:
             active = max(
-                residency.active_requests, self._active.get((record.host_id, residency.model_id), 0)
+                residency.active_requests, counts.get((record.host_id, residency.model_id), 0)
             )
             state = self._planned_state(record, residency, now)
             last_used = (
-                max(residency.last_used_at or 0.0, self._last_used.get(residency.model_id, 0.0))
-                or None
+                max(residency.last_used_at or 0.0, watermarks.get(residency.model_id, 0.0)) or None
             )
             residencies.append(
                 replace(residency, state=state, active_requests=active, last_used_at=last_used)

@@ -85,3 +85,37 @@ def test_admission_through_the_index_sees_what_a_scan_sees(
             assert registry._route_hosts.get(model_id, set()) == routed
             assert registry.routable(model_id, now) == scanned(registry, model_id, now)
         assert set(registry._route_hosts) <= set(MODELS)
+
+
+def test_a_snapshot_is_built_outside_the_registry_lock() -> None:
+    """Heartbeats on the serving loop take the registry lock: building a large fleet's
+    snapshot must not hold it."""
+    import threading
+
+    registry = Registry(route_lease_seconds=LEASE)
+    resources = {"capacity_mb": 4096, "runtimes": ["llama.cpp"]}
+    allocator = {"schema_version": 1, "state": "accepting", "residencies": []}
+    for host in HOSTS:
+        body = {"role": "allocator", "host_id": host, "resources": resources}
+        registry.register(host, {**body, "allocator": allocator}, 1000.0)
+    building, free = threading.Event(), threading.Event()
+    built = registry._host_snapshot
+
+    def slow(*args: Any) -> Any:
+        building.set()
+        assert free.wait(30), "the lock stayed held while snapshots were built"
+        return built(*args)
+
+    registry._host_snapshot = slow  # type: ignore[method-assign]
+
+    def take_the_lock() -> None:
+        assert building.wait(30)
+        with registry._lock:  # a heartbeat would take it here
+            free.set()
+
+    other = threading.Thread(target=take_the_lock)
+    other.start()
+    snapshot = registry.snapshot(1001.0)
+    other.join(30)
+    assert free.is_set()
+    assert [h.host_id for h in snapshot.hosts] == sorted(HOSTS)
