@@ -360,7 +360,10 @@ class Registry:
             key = envelope.get("engine_api_key")
         if reasons:
             state = HostState.UNHEALTHY
-        routes = self._routes(host_id, rows, residencies, key, prior)
+        if envelope is None and prior is not None:
+            routes = prior.routes  # a heartbeat without its envelope reports no change
+        else:
+            routes = self._routes(host_id, rows, residencies, key, prior)
         network = payload.get("network")
         if not isinstance(network, dict):
             network = dict(prior.network) if prior is not None else {}

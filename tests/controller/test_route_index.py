@@ -119,3 +119,26 @@ def test_a_snapshot_is_built_outside_the_registry_lock() -> None:
     other.join(30)
     assert free.is_set()
     assert [h.host_id for h in snapshot.hosts] == sorted(HOSTS)
+
+
+def test_a_heartbeat_without_its_allocator_envelope_keeps_the_routes() -> None:
+    """Such a heartbeat reports resources only: its residencies stay, and so do their
+    routes (a READY replica must not plan as WARMING until the next full heartbeat)."""
+    registry = Registry(route_lease_seconds=LEASE)
+    row = {
+        "model_id": "m0",
+        "memory_mb": 640,
+        "state": "ready",
+        "ownership": "managed",
+        "endpoint": "http://127.0.0.1:1/a",
+    }
+    allocator = {"schema_version": 1, "state": "accepting", "residencies": [row]}
+    body = {"role": "allocator", "host_id": "h0", "resources": {"capacity_mb": 4096}}
+    registry.register("h0", {**body, "allocator": allocator}, 1000.0)
+    registry.corroborate("h0", "m0", "http://127.0.0.1:1/a", 1000.5)
+    assert [r.host_id for r in registry.routable("m0", 1001.0)] == ["h0"]
+    registry.heartbeat("h0", {"node_id": "h0", "resources": {"capacity_mb": 4096}}, 1002.0)
+    assert [r.host_id for r in registry.routable("m0", 1003.0)] == ["h0"]
+    planned = registry.host_snapshot("h0", 1003.0)
+    assert planned is not None
+    assert [r.state.value for r in planned.residencies] == ["ready"]
