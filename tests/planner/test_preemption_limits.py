@@ -19,11 +19,22 @@ from gridctl.domain import (
     ModelProfile,
     Plan,
     Residency,
+    ResidencyState,
     UnsatisfiedCode,
 )
 from gridctl.planner import plan_placement
 
-from .builders import baseline, busy, fleet, mini_32g, policy, profile, resident, with_residents
+from .builders import (
+    NOW,
+    baseline,
+    busy,
+    fleet,
+    mini_32g,
+    policy,
+    profile,
+    resident,
+    with_residents,
+)
 
 # mini_32g: 28,672 MB usable for new placement
 USABLE_MB = 28672
@@ -118,3 +129,100 @@ def test_a_released_victims_memory_is_free_for_work_planned_after_it() -> None:
     plan = _plan((host,), profiles)
     assert _victims(plan) == [("mini-1", "batch")]
     assert [a.host_id for a in plan.assignments_for("small")] == ["mini-1"]
+
+
+def test_a_young_failed_residency_is_not_protected_by_its_minimum_residency() -> None:
+    young = {"loaded_at": NOW - 10}
+    host = _on(
+        "mini-1",
+        resident("broken", 12000, state=ResidencyState.FAILED, **young),
+        resident("serving", 12000, **young),
+    )
+    profiles = [
+        baseline("broken", 12000, priority=10, min_residency_seconds=600),
+        baseline("serving", 12000, priority=10, min_residency_seconds=600),
+        _urgent(),
+    ]
+    assert _victims(_plan((host,), profiles)) == [("mini-1", "broken")]
+
+
+def test_warm_back_reads_learned_paths_only_where_the_model_is_eligible() -> None:
+    slow = {"load_seconds": 300.0, "warm_seconds": 10.0}
+    profiles = [
+        baseline("a", 10000, priority=10, **slow),
+        baseline("b", 10000, priority=10, **slow),
+        _urgent(),
+    ]
+    mini = _on("mini-1", resident("a", 10000), resident("b", 10000))
+    # "b" (and "urgent") are denied on "other", so a fast path learned there does not count
+    fast = LearnedOnHost("b", load_seconds=1.0, warm_seconds=1.0)
+    other = replace(mini_32g("other", denied_models=("b", "urgent")), learned=(fast,))
+    assert _victims(_plan((mini, other), profiles)) == [("mini-1", "a")]
+    # a learned path slower than the priors is not taken: "b" restores in 310 s either way
+    # (its learned warm phase alone, 5 s, is not a restore path)
+    slower = LearnedOnHost("b", load_seconds=400.0, warm_seconds=5.0)
+    assert _victims(_plan((replace(mini, learned=(slower,)),), profiles)) == [("mini-1", "a")]
+
+
+def test_a_model_still_draining_holds_its_slot_under_the_host_model_limit() -> None:
+    # a host lowered to one model stages "b" out; while "b" drains it still takes the
+    # host's only slot, so releasing "a" as well cannot make room for "urgent" yet
+    host = _on("mini-1", resident("a", 4000), resident("b", 4000), max_models=1)
+    profiles = [baseline("a", 4000, priority=10), baseline("b", 4000, priority=10), _urgent()]
+    plan = _plan((host,), profiles)
+    assert _victims(plan) == [("mini-1", "b")]
+    assert {u.code for u in plan.unsatisfied if u.model_id == "urgent"} == {
+        UnsatisfiedCode.INSUFFICIENT_CAPACITY
+    }
+
+
+def test_victims_are_added_until_the_beneficiarys_colocation_ceiling_holds() -> None:
+    host = _on("mini-1", resident("a", 4000), resident("b", 4000), resident("c", 4000))
+    profiles = [baseline(m, 4000, priority=10) for m in ("a", "b", "c")]
+
+    def victims(memory_mb: int, ceiling: int) -> list[str]:
+        beneficiary = _urgent(memory_mb, max_colocated_models=ceiling)
+        return [model_id for _, model_id in _victims(_plan((host,), [*profiles, beneficiary]))]
+
+    assert victims(24000, 0) == ["a", "b"]  # memory alone: 24,256 MB needs two gone
+    assert victims(4000, 0) == []  # it fits beside them
+    assert victims(4000, 2) == ["a", "b"]  # at most two models with "urgent"
+    assert victims(4000, 1) == ["a", "b", "c"]  # "urgent" runs alone
+
+
+def test_warm_back_totals_that_differ_by_a_fraction_of_a_second_still_order_hosts() -> None:
+    m1 = _on("m1", resident("x", 20000))
+    m2 = _on("m2", resident("y", 20000))
+    profiles = [
+        baseline("x", 20000, priority=10, load_seconds=10.4, warm_seconds=0.0),
+        baseline("y", 20000, priority=10, load_seconds=10.2, warm_seconds=0.0),
+        _urgent(),
+    ]
+    assert _victims(_plan((m1, m2), profiles)) == [("m2", "y")]
+
+
+def test_the_released_host_is_reserved_for_the_beneficiary() -> None:
+    # "rival" fits beside what is free now, but it excludes "urgent", which the host
+    # is now reserved for
+    host = _on("mini-1", resident("batch", 24000))
+    profiles = [
+        baseline("batch", 24000, priority=10),
+        baseline("rival", 4000, priority=50, colocation_excludes=("urgent",)),
+        _urgent(),
+    ]
+    plan = _plan((host,), profiles)
+    assert _victims(plan) == [("mini-1", "batch")]
+    assert plan.assignments_for("rival") == ()
+
+
+def test_a_kept_models_colocation_ceiling_may_be_met_exactly() -> None:
+    # "keeper" (priority 95, never a victim) runs with at most three models; after "a"
+    # goes, "b", "keeper" and "urgent" are exactly three
+    host = _on("mini-1", resident("a", 12000), resident("b", 4000), resident("keeper", 4000))
+    profiles = [
+        baseline("a", 12000, priority=10),
+        baseline("b", 4000, priority=10),
+        baseline("keeper", 4000, priority=95, max_colocated_models=3),
+        _urgent(),
+    ]
+    assert _victims(_plan((host,), profiles)) == [("mini-1", "a")]
