@@ -226,3 +226,27 @@ def test_a_kept_models_colocation_ceiling_may_be_met_exactly() -> None:
         _urgent(),
     ]
     assert _victims(_plan((host,), profiles)) == [("mini-1", "a")]
+
+
+def test_a_young_leaving_or_failed_row_is_a_priority_victim_its_minimum_residency_spares_not() -> (
+    None
+):
+    # minimum residency protects young *serving* work; a row already draining, unloading
+    # or failed is released for higher-priority work by the priority rule itself
+    young = {"loaded_at": NOW - 10}
+    for state in (ResidencyState.DRAINING, ResidencyState.UNLOADING, ResidencyState.FAILED):
+        host = _on(
+            "mini-1",
+            resident("leaving", 12000, state=state, **young),
+            resident("serving", 12000, **young),
+        )
+        profiles = [
+            baseline("leaving", 12000, priority=10, min_residency_seconds=600),
+            baseline("serving", 12000, priority=10, min_residency_seconds=600),
+            _urgent(),
+        ]
+        plan = _plan((host,), profiles)
+        assert _victims(plan) == [("mini-1", "leaving")], state
+        assert [p.reason for p in plan.preemptions] == [
+            "priority 10 < 90: release 12000 MB for urgent"
+        ], state
