@@ -250,3 +250,26 @@ def test_a_young_leaving_or_failed_row_is_a_priority_victim_its_minimum_residenc
         assert [p.reason for p in plan.preemptions] == [
             "priority 10 < 90: release 12000 MB for urgent"
         ], state
+
+
+def test_a_kept_models_colocation_ceiling_counts_a_model_still_draining() -> None:
+    # "keeper" (never a victim) accepts at most two models per host, and its host holds
+    # three: the tightened ceiling stages "b" out. While "b" drains it still counts, so
+    # releasing "a" as well would put "urgent" beside two models: no victim for "urgent"
+    # yet, and its shortfall names the colocation conflict
+    host = _on("mini-1", resident("keeper", 4000), resident("a", 4000), resident("b", 4000))
+    profiles = [
+        baseline("keeper", 4000, priority=95, max_colocated_models=2),
+        baseline("a", 4000, priority=10),
+        baseline("b", 4000, priority=10),
+        _urgent(4000),
+    ]
+    plan = _plan((host,), profiles)
+    assert _victims(plan) == [("mini-1", "b")]
+    assert [p.reason for p in plan.preemptions] == [
+        "host policy tightened (colocation_ceiling): keeper allows at most 2 models"
+    ]
+    assert {u.code for u in plan.unsatisfied if u.model_id == "urgent"} == {
+        UnsatisfiedCode.COLOCATION_CONFLICT
+    }
+    assert sorted(a.model_id for a in plan.assignments) == ["a", "keeper"]
