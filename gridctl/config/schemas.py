@@ -102,9 +102,11 @@ COMPILED_SCHEMAS = (
     "defs/residency.schema.json",
 )
 # A pattern of plain ASCII with no escapes reads the same to Python's ``re`` and to
-# the Rust engine, except that Python's ``$`` also matches before a final newline:
-# there the compiled validator is the stricter one, which ``conforms`` allows for.
+# the Rust engine. The schemas end their patterns with ``END`` rather than ``$``:
+# Python's ``$`` also matches before a final newline (``"h\n"`` would pass as an id),
+# while "no character follows" means the end of the string to every engine.
 _PORTABLE_PATTERN = re.compile(r"^[\x20-\x5b\x5d-\x7e]*$")
+END = r"(?![\s\S])"
 
 
 @cache
@@ -132,7 +134,7 @@ def _portable(node: Any) -> bool:
     if "patternProperties" in node or "format" in node:
         return False
     pattern = node.get("pattern")
-    if isinstance(pattern, str) and not _PORTABLE_PATTERN.match(pattern):
+    if isinstance(pattern, str) and not _PORTABLE_PATTERN.match(pattern.removesuffix(END)):
         return False
     return all(_portable(value) for value in node.values())
 
