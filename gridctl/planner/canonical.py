@@ -11,7 +11,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+import keyword
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
 from json.encoder import encode_basestring_ascii
 from typing import Any
@@ -39,129 +42,243 @@ def dumps(value: JsonValue) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
-_INFINITY = float("inf")
-# per dataclass type: (field name, JSON text of the name plus ":"), sorted by name;
-# bounded by the number of dataclass types, and a pure function of each type
-_FIELDS: dict[type, tuple[tuple[str, str], ...]] = {}
+# ``canonical_text`` writes ``dumps(canonical(value))`` in one pass. Planning
+# inputs are a few dataclass types with many fields (a host has 32, a profile
+# 29, the policy 75), so each dataclass type gets an encoder generated once from
+# its fields, the way ``dataclasses`` generates ``__init__``: per field one
+# attribute read and one exact-type test for the type the field declares (a
+# field still holding its default tuple, enum or float is recognised by
+# identity), no call for ints and floats, and one f-string for the whole object.
+# A value of any other type (a bool in an int field, a subclass, a list where a
+# tuple is declared, nan) fails the test and takes the general path, ``_text``,
+# which follows ``canonical`` rule by rule.
+
+_Encoder = Callable[[Any], str]
 _SEQUENCES = (list, tuple, set, frozenset)
-_ENUMS: set[type] = set()  # enum types seen; bounded by the types
+_SCALARS = (str, int, float, bool, type(None))
+_string = encode_basestring_ascii
+# per dataclass type, its generated encoder: bounded by the types, a pure function of each
+_ENCODERS: dict[type, _Encoder] = {}
 _ENUM_TEXT: dict[int, tuple[Enum, str]] = {}  # JSON text of enum members seen, by identity
 
 
-def canonical_text(value: object, strings: dict[str, str] | None = None) -> str:
-    """``dumps(canonical(value))``, built in one pass without re-serialising sort keys.
-
-    ``strings`` memoises the JSON text of repeated strings within one call tree.
-    """
-    return _text(value, {} if strings is None else strings)
+def canonical_text(value: object) -> str:
+    """``dumps(canonical(value))``, built in one pass without re-serialising sort keys."""
+    return _text(value)
 
 
-def _text(value: object, memo: dict[str, str]) -> str:
+def _text(value: Any) -> str:
     kind = type(value)
-    # the common exact types first; anything else takes the general path
     if kind is str:
-        assert isinstance(value, str)
-        text = memo.get(value)
-        if text is None:
-            text = memo[value] = encode_basestring_ascii(value)
-        return text
+        return _string(value)
+    encoder = _ENCODERS.get(kind)
+    if encoder is not None:
+        return encoder(value)
     if value is None:
         return "null"
     if kind is bool:
         return "true" if value else "false"
     if kind is int:
-        assert isinstance(value, int)
         return int.__repr__(value)
     if kind is float:
-        assert isinstance(value, float)
-        if value != value or value in (_INFINITY, -_INFINITY):
-            return json.dumps(value)
-        return float.__repr__(value)
+        return _float_text(value)
     if kind is tuple or kind is list or kind is set or kind is frozenset:
-        assert isinstance(value, _SEQUENCES)
-        if len(value) < 2:
-            return "[" + "".join([_text(v, memo) for v in value]) + "]"
-        return "[" + ",".join(sorted([_text(v, memo) for v in value])) + "]"
-    names = _FIELDS.get(kind)
-    if names is not None:
-        return _fields_text(value, names, memo)
-    if kind in _ENUMS:
-        return _enum_text(value, memo)
+        return _list_text(value)
     if kind is dict:
-        assert isinstance(value, dict)
-        return _mapping_text(value, memo)
-    return _general(value, memo)
+        return _mapping_text(value)
+    return _general(value)
 
 
-def _mapping_text(value: Mapping[object, object], memo: dict[str, str]) -> str:
-    items = sorted((str(k), v) for k, v in value.items())
-    return "{" + ",".join(f"{_text(k, memo)}:{_text(v, memo)}" for k, v in items) + "}"
+def _general(value: Any) -> str:
+    """Subclasses and the rarer types, tested in the order ``canonical`` and json test them."""
+    if isinstance(value, Enum):
+        return _enum_text(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _encoder(type(value))(value)
+    if isinstance(value, Mapping):
+        return _mapping_text(value)
+    if isinstance(value, _SEQUENCES):
+        return _list_text(value)
+    if isinstance(value, str):
+        return _string(value)  # a subclass is written as its characters
+    if isinstance(value, int):
+        return int.__repr__(value)
+    if isinstance(value, float):
+        return _float_text(value)
+    return _string(str(value))  # not JSON (dumps would refuse it): written as its text
 
 
-def _enum_text(value: object, memo: dict[str, str]) -> str:
-    """An enum member's value as JSON, remembered by the member's identity."""
+def _float_text(value: float) -> str:
+    if value - value == 0.0:  # finite
+        return float.__repr__(value)
+    return "NaN" if value != value else "Infinity" if value > 0 else "-Infinity"
+
+
+def _list_text(value: Any) -> str:
+    texts = [_text(v) for v in value]
+    if len(texts) > 1:
+        texts.sort()
+    return "[" + ",".join(texts) + "]"
+
+
+def _mapping_text(value: Any) -> str:
+    merged = {str(k): v for k, v in value.items()}  # as canonical: keys equal as text merge
+    return "{" + ",".join([_string(k) + ":" + _text(merged[k]) for k in sorted(merged)]) + "}"
+
+
+def _enum_text(value: Enum) -> str:
+    """An enum member's value as json writes it (``canonical`` does not descend into it)."""
     hit = _ENUM_TEXT.get(id(value))
     if hit is not None and hit[0] is value:
         return hit[1]
-    assert isinstance(value, Enum)
-    text = _text(value._value_, memo)
-    _ENUM_TEXT[id(value)] = (value, text)  # holding the member keeps its id unique
+    text = dumps(value.value)
+    if type(value.value) in _SCALARS:  # immutable: remembered (holding the member keeps its id)
+        _ENUM_TEXT[id(value)] = (value, text)
     return text
 
 
-def _fields_text(value: object, names: tuple[tuple[str, str], ...], memo: dict[str, str]) -> str:
-    """A dataclass as a JSON object; string, None and int fields inline (most of them)."""
-    body: list[str] = []
-    for name, prefix in names:
-        field = getattr(value, name)
-        kind = type(field)
-        if kind is str:
-            text = memo.get(field)
-            if text is None:
-                text = memo[field] = encode_basestring_ascii(field)
-        elif field is None:
-            text = "null"
-        elif kind is int:
-            text = int.__repr__(field)
-        elif kind in _ENUMS:
-            text = _enum_text(field, memo)
-        elif kind is tuple and len(field) < 2:
-            text = "[" + _text(field[0], memo) + "]" if field else "[]"
-        elif kind is float and field - field == 0.0:  # finite
-            text = float.__repr__(field)
-        else:
-            text = _text(field, memo)
-        body.append(prefix + text)
-    return "{" + ",".join(body) + "}"
+def _encoder(kind: type) -> _Encoder:
+    """The encoder of a dataclass type, generated the first time the type is seen."""
+    encoder = _ENCODERS.get(kind)
+    if encoder is None:
+        _ENCODERS[kind] = _fields_loop  # for a field of the same type, while generating
+        encoder = _ENCODERS[kind] = _generated_encoder(kind)
+    return encoder
 
 
-def _general(value: object, memo: dict[str, str]) -> str:
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
+def _fields_loop(value: Any) -> str:
+    """A dataclass as a JSON object, field by field through the general path."""
+    names = sorted(f.name for f in dataclasses.fields(value))
+    return "{" + ",".join([_string(n) + ":" + _text(getattr(value, n)) for n in names]) + "}"
+
+
+def _generated_encoder(kind: type) -> _Encoder:
+    fields = sorted(dataclasses.fields(kind), key=lambda f: f.name)
+    if not all(f.name.isidentifier() and not keyword.iskeyword(f.name) for f in fields):
+        return _fields_loop
+    hints = _type_hints(kind)
+    scope: dict[str, Any] = {"_text": _text, "_string": _string, "_EMPTY": ()}
+    lines = ["def encode(v):"]
+    parts = []
+    for i, f in enumerate(fields):
+        x = f"x{i}"
+        lines.append(f"    {x} = v.{f.name}")
+        clauses = _clauses(hints.get(f.name), f.default, scope, x)
+        for number, (condition, statement) in enumerate(clauses):
+            lines.append(f"    {'elif' if number else 'if'} {condition}:")
+            lines.append(f"        {statement}")
+        lines.append("    else:" if clauses else "    if True:")
+        lines.append(f"        {x} = _text({x})")
+        parts.append(f"{_string(f.name)}:{{{x}}}")
+    lines.append("    return f" + repr("{{" + ",".join(parts) + "}}"))
+    exec("\n".join(lines), scope)  # source built above from identifiers and names in scope
+    encoder: _Encoder = scope["encode"]
+    return encoder
+
+
+def _type_hints(kind: type) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(kind)
+    except Exception:  # an annotation that does not resolve: every field takes the general path
+        return {}
+
+
+def _clauses(hint: Any, default: object, scope: dict[str, Any], x: str) -> list[tuple[str, str]]:
+    """``(condition, statement)`` pairs writing the text of field value ``x`` into ``x``.
+
+    Each condition admits only values whose text the statement writes exactly as
+    ``canonical`` and json would; anything else falls through to ``_text``.
+    """
+    clauses: list[tuple[str, str]] = []
+    if _constant(default) and (type(default) in (tuple, float) or isinstance(default, Enum)):
+        scope[f"{x}_default"] = default
+        clauses.append((f"{x} is {x}_default", f"{x} = {_text(default)!r}"))
+    options = typing.get_args(hint) if _is_union(hint) else (hint,)
+    if type(None) in options:
+        clauses.append((f"{x} is None", f'{x} = "null"'))
+    for option in options:
+        clauses.extend(_type_clauses(option, scope, x))
+    return clauses
+
+
+def _type_clauses(hint: Any, scope: dict[str, Any], x: str) -> list[tuple[str, str]]:
+    if hint is str:
+        return [(f"type({x}) is str", f"{x} = _string({x})")]
+    if hint is int:
+        return [(f"type({x}) is int", "pass")]  # the f-string writes an int as json does
+    if hint is float:
+        return [(f"type({x}) is float and {x} - {x} == 0.0", f"{x} = f'{{{x}!r}}'")]
+    if hint is bool:
+        return [(f"{x} is True", f'{x} = "true"'), (f"{x} is False", f'{x} = "false"')]
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        scope[f"{x}_type"], scope[f"{x}_members"] = hint, _member_texts(hint)
+        return [(f"type({x}) is {x}_type", f"{x} = {x}_members.get(id({x})) or _text({x})")]
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        scope[f"{x}_type"], scope[f"{x}_encode"] = hint, _encoder(hint)
+        return [(f"type({x}) is {x}_type", f"{x} = {x}_encode({x})")]
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        items = typing.get_args(hint)
+        clauses = [(f"{x} is _EMPTY", f'{x} = "[]"')]
+        if len(items) == 2 and items[1] is Ellipsis:
+            scope[f"{x}_items"] = _items_encoder(items[0])
+            clauses.append((f"type({x}) is tuple", f"{x} = {x}_items({x})"))
+        return clauses
+    if origin is dict or origin is Mapping:
+        return [(f"type({x}) is dict and not {x}", f'{x} = "{{}}"')]
+    return []
+
+
+def _constant(value: object) -> bool:
+    """Immutable all the way down, so its text can be written once."""
+    if type(value) in _SCALARS:
+        return True
     if isinstance(value, Enum):
-        _ENUMS.add(type(value))
-        return _text(value.value, memo)
-    if isinstance(value, str):
-        return _text(str.__str__(value), memo)
-    if isinstance(value, int):
-        return json.dumps(value)
-    if isinstance(value, float):
-        return json.dumps(value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        kind = type(value)
-        names = tuple(
-            (name, json.dumps(name, ensure_ascii=True) + ":")
-            for name in sorted(f.name for f in dataclasses.fields(value))
-        )
-        _FIELDS[kind] = names
-        return _fields_text(value, names, memo)
-    if isinstance(value, Mapping):
-        return _mapping_text(value, memo)
-    if isinstance(value, _SEQUENCES):
-        return "[" + ",".join(sorted([_text(v, memo) for v in value])) + "]"
-    return _text(str(value), memo)
+        return type(value.value) in _SCALARS
+    return type(value) is tuple and all(_constant(v) for v in value)
+
+
+def _member_texts(kind: type[Enum]) -> dict[int, str]:
+    """The text of each member whose value is immutable, by identity (the class holds them)."""
+    return {id(m): _enum_text(m) for m in kind.__members__.values() if _constant(m)}
+
+
+def _items_encoder(hint: Any) -> _Encoder:
+    """The text of a tuple declared ``tuple[hint, ...]``; other items take the general path."""
+    if hint is str:
+
+        def strings(value: Any) -> str:
+            texts = [_string(v) if type(v) is str else _text(v) for v in value]
+            if len(texts) > 1:
+                texts.sort()
+            return "[" + ",".join(texts) + "]"
+
+        return strings
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        encode = _encoder(hint)
+
+        def objects(value: Any) -> str:
+            texts = [encode(v) if type(v) is hint else _text(v) for v in value]
+            if len(texts) > 1:
+                texts.sort()
+            return "[" + ",".join(texts) + "]"
+
+        return objects
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        members = _member_texts(hint)
+
+        def enums(value: Any) -> str:
+            texts = [members.get(id(v)) or _text(v) for v in value]
+            if len(texts) > 1:
+                texts.sort()
+            return "[" + ",".join(texts) + "]"
+
+        return enums
+    return _list_text
+
+
+def _is_union(hint: Any) -> bool:
+    return typing.get_origin(hint) in (typing.Union, types.UnionType)
 
 
 class InputTexts:
@@ -178,7 +295,6 @@ class InputTexts:
     """
 
     def __init__(self) -> None:
-        self.strings: dict[str, str] = {}
         self._by_identity: dict[int, tuple[object, str]] = {}
         self._used: set[int] = set()
 
@@ -192,13 +308,13 @@ class InputTexts:
                 items.sort()
             return "[" + ",".join(items) + "]"
         if not _frozen(value):
-            return canonical_text(value, self.strings)  # may change between plans
+            return canonical_text(value)  # may change between plans
         key = id(value)
         self._used.add(key)
         hit = self._by_identity.get(key)
         if hit is not None and hit[0] is value:
             return hit[1]
-        found = canonical_text(value, self.strings)
+        found = canonical_text(value)
         self._by_identity[key] = (value, found)
         return found
 
@@ -208,7 +324,6 @@ class InputTexts:
         for key in stale:
             del self._by_identity[key]
         self._used = set()
-        self.strings.clear()
         return len(stale)
 
     def fields_text(self, value: object) -> str:
@@ -233,10 +348,9 @@ def input_digest(
 ) -> str:
     """SHA-256 of the canonical serialisation of every planning input."""
     if texts is None:
-        strings: dict[str, str] = {}
-        policy_text = canonical_text(policy, strings)
-        profiles_text = canonical_text(list(profiles), strings)
-        snapshot_text = canonical_text(snapshot, strings)
+        policy_text = _text(policy)
+        profiles_text = _list_text(profiles)
+        snapshot_text = _text(snapshot)
     else:
         policy_text = texts.text(policy)
         profiles_text = texts.text(list(profiles))
