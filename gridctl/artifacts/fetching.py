@@ -31,7 +31,7 @@ from gridctl.artifacts.sources import ArtifactError, RemoteSource
 
 CHUNK_BYTES = 1024 * 1024
 READ_TIMEOUT_SECONDS = 30.0
-_CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
+_CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)\Z")
 
 ProgressFn = Callable[[int, int | None], None]  # (bytes done, bytes total or None)
 

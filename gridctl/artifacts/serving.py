@@ -29,8 +29,8 @@ from starlette.types import Receive, Scope, Send
 
 log = logging.getLogger("gridctl.artifacts.serve")
 CHUNK_BYTES = 256 * 1024
-_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
-_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+_RANGE = re.compile(r"^bytes=(\d*)-(\d*)\Z")
+_DIGEST = re.compile(r"^[0-9a-f]{64}\Z")
 
 
 def byte_range(header: str | None, size: int) -> tuple[int, int] | str | None:

@@ -32,9 +32,9 @@ from gridctl.errors import PermanentError
 HF_ENDPOINT_ENV = "GRIDCTL_HF_ENDPOINT"
 HF_TOKEN_FILE_ENV = "GRIDCTL_HF_TOKEN_FILE"
 DEFAULT_HF_ENDPOINT = "https://huggingface.co"
-_PACKAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_HF_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
-_REV = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
+_PACKAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+_HF_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}\Z")
+_REV = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}\Z")
 _MAX_TOKEN_BYTES = 4096
 
 

@@ -32,7 +32,7 @@ from gridctl.artifacts.sources import (
 )
 from gridctl.errors import GridctlError
 
-_SHA256 = re.compile(r"^[0-9a-fA-F]{64}$")
+_SHA256 = re.compile(r"^[0-9a-fA-F]{64}\Z")
 MIB = 1024 * 1024
 
 

@@ -36,7 +36,7 @@ from gridctl.lab.workday import WORKLOADS
 
 DEFAULT_BLUEPRINTS = "fleet/lab-blueprints.yaml"
 DEFAULT_CATALOG = "policies/workloads.yaml"
-_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?$")
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?\Z")
 
 
 class UsageError(ValueError):

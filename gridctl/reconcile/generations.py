@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from gridctl.errors import WireError
 
-GENERATION_PATTERN = re.compile(r"^([0-9a-f]+):([0-9]{20}):([0-9a-f]+)$")
+GENERATION_PATTERN = re.compile(r"^([0-9a-f]+):([0-9]{20}):([0-9a-f]+)\Z")
 MAX_SEQUENCE = 10**20 - 1
 
 
