@@ -6,7 +6,10 @@ then alternates rounds of the same load against both: 8 concurrent clients,
 each sending short chat completions (``max_tokens`` 8 by default). It prints
 p50/p99 latency per path, the added latency (router minus direct), and
 requests/s through both. A single-client pass measures the added latency
-without contention as well.
+without contention as well: one client alternates direct and routed requests one
+by one, so a drift in the engine's own latency (prompt cache, other processes on
+the cores) falls on both paths alike; it prints both p50s and the median of the
+paired differences.
 
 It also prints CPU per request: the process CPU time (user + system, from
 psutil) the router and llama-server each spent during the routed 8-client
@@ -29,6 +32,7 @@ import argparse
 import contextlib
 import os
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -173,6 +177,7 @@ def serve_router(port: int, engine: str) -> None:
     from starlette.applications import Starlette
 
     from gridctl.controller.registry import Registry
+    from gridctl.controller.serving import engine_transport
     from gridctl.router.proxy import Router, RouterContext
     from gridctl.router.telemetry import TelemetryTap
 
@@ -206,8 +211,8 @@ def serve_router(port: int, engine: str) -> None:
     tap = TelemetryTap()
     seen = [0]
     tap.add(lambda _obs: seen.__setitem__(0, seen[0] + 1))
-    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
-    client = httpx.AsyncClient(timeout=60, limits=limits)
+    # the controller's own upstream client: httpx over the aiohttp transport
+    client = httpx.AsyncClient(timeout=60, transport=engine_transport(ssl.create_default_context()))
     router = Router(
         RouterContext(
             registry=registry,
@@ -260,6 +265,26 @@ def load(url: str, clients: int, per_client: int) -> tuple[list[float], float]:
     return latencies, wall
 
 
+def alternate(direct_url: str, router_url: str, pairs: int) -> tuple[list[float], list[float]]:
+    """One client sending ``pairs`` requests to each path, alternating request by request
+    (and which path goes first in each pair), so both samples span the same moments and
+    a drift in the engine's own latency falls on both alike; latencies per path, in pairs."""
+    latencies: dict[str, list[float]] = {"direct": [], "router": []}
+    with (
+        httpx.Client(base_url=direct_url, timeout=60) as to_engine,
+        httpx.Client(base_url=router_url, timeout=60) as to_router,
+    ):
+        clients = (("direct", to_engine), ("router", to_router))
+        for i in range(pairs):
+            for name, client in clients if i % 2 == 0 else clients[::-1]:
+                started = time.perf_counter()
+                reply = client.post("/v1/chat/completions", json=BODY)
+                latencies[name].append(time.perf_counter() - started)
+                if reply.status_code != 200:
+                    raise RuntimeError(f"{name}: {reply.status_code}: {reply.text[:200]}")
+    return latencies["direct"], latencies["router"]
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -302,11 +327,10 @@ def main() -> None:
         print(f"upstream: {name}; {args.max_tokens}-token completions")
         for url in (engine.url, router.url):  # warm both paths (connections, prompt cache)
             load(url, CLIENTS, 3)
-        single: dict[str, list[float]] = {"direct": [], "router": []}
-        for _ in range(args.rounds):
-            for name, url in (("direct", engine.url), ("router", router.url)):
-                single[name] += load(url, 1, args.requests)[0]
-        report("1 client ", single["direct"], single["router"])
+        direct, routed_one = alternate(engine.url, router.url, args.rounds * args.requests)
+        report("1 client ", direct, routed_one)
+        paired = statistics.median(r - d for d, r in zip(direct, routed_one, strict=True))
+        print(f"1 client : median of paired differences (router - direct) {paired * 1000:+.2f} ms")
         latencies: dict[str, list[float]] = {"direct": [], "router": []}
         walls = {"direct": 0.0, "router": 0.0}
         cpu = {"router": 0.0, "engine": 0.0}

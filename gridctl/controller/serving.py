@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import uvicorn
+from httpx_aiohttp import AiohttpTransport
 from starlette.applications import Starlette
 
 from gridctl.config.resolving import policy_from_document
@@ -98,6 +99,15 @@ class TlsOptions:
     ca: Path | None = None
     force: bool = False
     engine_ca: Path | None = None
+
+
+def engine_transport(verify: ssl.SSLContext) -> httpx.AsyncBaseTransport:
+    """The router's connections to engines: httpx's interface (and its error types) over
+    aiohttp's connection pool and C parser. On the proxy path httpx's own pool and its
+    pure-Python parser took about four fifths of the router's time per request
+    (``benchmarks/router.py --fake``). ``verify`` is used as is, so a trust bundle loaded
+    into it later applies to new connections."""
+    return AiohttpTransport(verify=verify, trust_env=False)
 
 
 class ControllerService:
@@ -413,9 +423,8 @@ class ControllerService:
         self._engine_context = self.engine_verify()
         self.refresh_tls()  # remember the bundle the contexts start from
         upstream = httpx.AsyncClient(
-            transport=self.options.upstream_transport,
+            transport=self.options.upstream_transport or engine_transport(self._engine_context),
             timeout=httpx.Timeout(600.0, connect=5.0),
-            verify=self._engine_context,
         )
         self.upstream = upstream
         router = Router(
