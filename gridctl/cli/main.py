@@ -10,30 +10,39 @@ from collections.abc import Sequence
 from gridctl.errors import GridctlError
 
 # Each module exposes ``register(subparsers)``; the parser it adds sets ``func``.
-COMMAND_MODULES = (
-    "gridctl.cli.validate_cmd",
-    "gridctl.cli.controller_cmd",
-    "gridctl.cli.status_cmd",
-    "gridctl.cli.up_cmd",
-    "gridctl.cli.chat_cmd",
-    "gridctl.cli.join_cmd",
-    "gridctl.cli.plan_cmd",
-    "gridctl.cli.forecast_cmd",
-    "gridctl.cli.apply_cmd",
-    "gridctl.cli.diff_cmd",
-    "gridctl.cli.split_cmd",
-    "gridctl.cli.node_cmd",
-    "gridctl.cli.token_cmd",
-    "gridctl.cli.ca_cmd",
-    "gridctl.cli.dash_cmd",
-    "gridctl.cli.artifacts_cmd",
-    "gridctl.cli.state_cmd",
-    "gridctl.cli.lab_cmd",
-    "gridctl.cli.context_cmd",
-)
+# Every command, by the module that registers it: a command line naming one builds only
+# that module's parser, so a node or controller process does not import every other
+# command (``--help``, no command or an unknown one build them all).
+COMMAND_OWNERS = {
+    "validate": "gridctl.cli.validate_cmd",
+    "controller": "gridctl.cli.controller_cmd",
+    "status": "gridctl.cli.status_cmd",
+    "mode": "gridctl.cli.status_cmd",
+    "tick": "gridctl.cli.status_cmd",
+    "up": "gridctl.cli.up_cmd",
+    "fleet": "gridctl.cli.up_cmd",
+    "chat": "gridctl.cli.chat_cmd",
+    "join": "gridctl.cli.join_cmd",
+    "plan": "gridctl.cli.plan_cmd",
+    "forecast": "gridctl.cli.forecast_cmd",
+    "apply": "gridctl.cli.apply_cmd",
+    "diff": "gridctl.cli.diff_cmd",
+    "split": "gridctl.cli.split_cmd",
+    "node": "gridctl.cli.node_cmd",
+    "token": "gridctl.cli.token_cmd",
+    "ca": "gridctl.cli.ca_cmd",
+    "join-token": "gridctl.cli.ca_cmd",
+    "dash": "gridctl.cli.dash_cmd",
+    "artifacts": "gridctl.cli.artifacts_cmd",
+    "state": "gridctl.cli.state_cmd",
+    "lab": "gridctl.cli.lab_cmd",
+    "context": "gridctl.cli.context_cmd",
+}
+COMMAND_MODULES = tuple(dict.fromkeys(COMMAND_OWNERS.values()))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser, or (``command``, one of ``COMMAND_OWNERS``) only that command's."""
     parser = argparse.ArgumentParser(
         prog="gridctl",
         description=(
@@ -42,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    names = COMMAND_MODULES if command is None else (COMMAND_OWNERS[command],)
+    for name in names:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
@@ -54,10 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    named = words[0] if words and words[0] in COMMAND_OWNERS else None
+    parser = build_parser(named)
+    args = parser.parse_args(words)
     if not getattr(args, "func", None):
-        parser.print_help()
+        build_parser().print_help()
         return 2
     try:
         return int(args.func(args))
