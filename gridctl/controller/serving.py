@@ -188,6 +188,8 @@ class ControllerService:
         self._reasons: dict[str, str] | None = None  # model -> why it has no ready replica
         self._reasons_asked = False  # a 503 read the table since the last tick
         self.ticks: ProcessTicks | None = None  # the planning process, while serving
+        self._ticks_lock = threading.Lock()
+        self._ticks_starter: threading.Thread | None = None
 
     def _api_desired(self, clock: Callable[[], float]) -> ApiDesired:
         """Profiles managed over the API, restored from the store after a restart."""
@@ -470,7 +472,7 @@ class ControllerService:
         @contextlib.asynccontextmanager
         async def lifespan(_app: Starlette) -> AsyncIterator[None]:
             if self.options.plan_in_worker:
-                await asyncio.to_thread(self._start_planning_process)
+                self._start_planning_process()
             self._stop.clear()
             self._tick_thread = threading.Thread(
                 target=self._tick_loop, name="gridctl-tick", daemon=True
@@ -501,13 +503,32 @@ class ControllerService:
         return app
 
     def _start_planning_process(self) -> None:
-        self.ticks = ProcessTicks()
-        pid = self.ticks.start()
-        self.controller.compute = self.ticks
-        log.info("planning in process %d", pid)
+        """Start the planning process without waiting for it: until it has imported the
+        planner, ticks plan on the tick thread (``compute_tick``, the same decision), so
+        neither readiness nor the first tick waits for a new interpreter."""
+        ticks = ProcessTicks()
+        self.ticks = ticks
+
+        def start() -> None:
+            try:
+                log.info("planning in process %d", ticks.start())
+            except Exception:  # the next tick through ``ticks`` starts another
+                log.warning("the planning process exited while starting", exc_info=True)
+            with self._ticks_lock:
+                if self.ticks is ticks:
+                    self.controller.compute = ticks
+
+        self._ticks_starter = threading.Thread(
+            target=start, name="gridctl-planner-start", daemon=True
+        )
+        self._ticks_starter.start()
 
     def _stop_planning_process(self) -> None:
-        ticks, self.ticks = self.ticks, None
+        starter, self._ticks_starter = self._ticks_starter, None
+        if starter is not None:
+            starter.join(timeout=60)
+        with self._ticks_lock:
+            ticks, self.ticks = self.ticks, None
         if ticks is not None:
             self.controller.compute = compute_tick
             ticks.close()

@@ -3,6 +3,7 @@ fails one tick and the next recovers, and the worker does not outlive its contro
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -134,3 +135,52 @@ def test_the_worker_exits_when_its_controller_is_killed(tmp_path: Any) -> None:
     finally:
         if parent.poll() is None:
             parent.kill()
+
+
+async def test_the_service_serves_and_ticks_while_its_planning_process_starts(
+    tmp_path: Any,
+) -> None:
+    """Startup does not wait for the planning process: ticks plan on the tick thread until
+    the child has imported the planner, then in the child; stopping stops the child."""
+    import httpx
+
+    from gridctl.controller.serving import ControllerService, ServiceOptions
+    from tests.controller.simnodes import Clock, engine_handler
+    from tests.controller.test_http_flow import POLICY, profile
+
+    watch = tmp_path / "policies"
+    watch.mkdir()
+    (watch / "gemma.yaml").write_text(profile("gemma"))
+    (watch / "policy.yaml").write_text(POLICY)
+    clock = Clock()
+    service = ControllerService(
+        ServiceOptions(
+            state_dir=tmp_path / "state",
+            watch_dir=watch,
+            clock=clock,
+            plan_in_worker=True,
+            upstream_transport=httpx.MockTransport(engine_handler),
+        )
+    )
+    app = service.build_app()
+    ctl = service.controller
+    async with app.router.lifespan_context(app):
+        assert service.ticks is not None  # started, maybe not yet answering
+        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://c")
+        async with client:
+            await fleet_inputs(service, client, clock, hosts=2)
+            record = ctl.tick()  # whichever computes it, the tick succeeds
+            assert record.ok, record.error
+            end = time.monotonic() + DEADLINE
+            while ctl.compute is not service.ticks and time.monotonic() < end:
+                await asyncio.sleep(0.05)
+            ticks = service.ticks
+            assert ctl.compute is ticks, "the planning process never took over"
+            worker = ticks.start()  # the running child's pid (no new child)
+            assert psutil.Process(worker).ppid() == os.getpid()
+            await node(service, client, clock, 9).register()  # a new input
+            record = ctl.tick()
+            assert record.ok, record.error
+            assert ticks.start() == worker and ticks.restarts == 0
+    assert service.ticks is None and ctl.compute is compute_tick
+    assert wait_gone(worker), f"planning process {worker} outlived its service"
