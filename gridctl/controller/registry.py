@@ -204,6 +204,9 @@ class Registry:
         self._active: dict[tuple[str, str], int] = {}  # (host, model) -> router-owned count
         self._last_used: dict[str, float] = {}  # model -> controller-clock watermark
         self.route_lease_seconds = route_lease_seconds
+        # how many routes appeared (a new endpoint, never probed): the probe loop probes
+        # soon after this moves instead of at its next period
+        self.routes_added = 0
         # Private proxy measurements that override self-reported speed in snapshots:
         # host -> (latency ms, tokens/s); set by the router, never exposed in discovery.
         # per (host, model): the router's speed evidence (``Attribution.model_speeds``)
@@ -430,6 +433,8 @@ class Registry:
                 continue
             old = prior.routes.get(residency.model_id) if prior else None
             same = old is not None and old.endpoint == row["endpoint"]
+            if not same:
+                self.routes_added += 1
             routes[residency.model_id] = EngineRoute(
                 host_id=host_id,
                 model_id=residency.model_id,

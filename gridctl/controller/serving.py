@@ -62,6 +62,7 @@ log = logging.getLogger(__name__)
 OPERATOR_CLIENT = "operator"  # the client id of /v1 requests made with the operator capability
 KEEP_ALIVE_SECONDS = 30  # above the node's 5 s heartbeat, so reuse never races a close
 SWITCH_INTERVAL_SECONDS = 0.001  # CPython's default is 5 ms
+PROBE_SOON_SECONDS = 0.1  # how soon a route that just appeared is probed
 
 
 @dataclass
@@ -390,10 +391,21 @@ class ControllerService:
 
     async def _probe_loop(self, client: httpx.AsyncClient) -> None:
         while not self._stop.is_set():
+            added = self.registry.routes_added
             await self.probe_once(client)
             self.registry.refresh_external(self.options.clock())
             self.refresh_tls()
-            await asyncio.sleep(self.options.probe_interval)
+            await self._probe_pause(added)
+
+    async def _probe_pause(self, added: int) -> None:
+        """Wait one probe period, or less when a route appeared since the last pass (a
+        replica just became ready is corroborated, and so routable, without waiting)."""
+        end = time.monotonic() + self.options.probe_interval
+        while not self._stop.is_set() and self.registry.routes_added == added:
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            await asyncio.sleep(min(left, PROBE_SOON_SECONDS))
 
     def refresh_tls(self) -> bool:
         """Follow a CA rotation without a restart; returns whether anything changed.
