@@ -16,6 +16,11 @@ from gridctl.planner.host_views import HostView
 from gridctl.planner.rejections import Rejection, RejectionCode
 
 StaticFilter = Callable[[ModelProfile, HostView], Rejection | None]
+# shape rejections, codes, eligible hosts (tuple, set) and compatible count, pins aside
+_Row = tuple[
+    tuple[Rejection | None, ...], frozenset[RejectionCode], tuple[str, ...], frozenset[str], int
+]
+_NONE: frozenset[str] = frozenset()
 
 
 def host_admission(profile: ModelProfile, view: HostView) -> Rejection | None:
@@ -199,37 +204,28 @@ class StaticEligibility:
         self.rejections: dict[str, tuple[Rejection | None, ...]] = {}
         self.eligible: dict[str, tuple[str, ...]] = {}
         self.eligible_set: dict[str, frozenset[str]] = {}
-        self.codes: dict[str, set[RejectionCode]] = {}
+        self.codes: dict[str, frozenset[RejectionCode]] = {}
         self.compatible: dict[str, int] = {}
         # per set of passing shapes: its admitted hosts in id order, as a tuple and a set
-        opened: dict[tuple[int, ...], tuple[tuple[str, ...], frozenset[str]]] = {}
+        self._opened: dict[tuple[int, ...], tuple[tuple[str, ...], frozenset[str]]] = {}
         pinned_here: dict[str, set[str]] = {}
         # models that ask the same of a host share one row of shape rejections (the name
         # matters only where a shape has an allow or deny list)
         named = any(rep.shape[4] or rep.shape[5] for rep in reps)
-        rows: dict[tuple[object, ...], tuple[Rejection | None, ...]] = {}
+        # (shape rejections, codes, admitted passing hosts as a tuple and a set, compatible
+        # host count) per requirement set: unpinned models that ask alike share them
+        rows: dict[tuple[object, ...], _Row] = {}
         for model_id, profile in profiles.items():
             needs = requirements(profile, named)
-            rejections = rows.get(needs)
-            if rejections is None:
-                rejections = rows[needs] = tuple(
-                    self.memo.shape_rejection(profile, rep) for rep in reps
-                )
-            passing = tuple(i for i, found in enumerate(rejections) if found is None)
-            codes = set(admission_codes)
-            for index, found in enumerate(rejections):
-                if found is not None and admitted[index]:
-                    codes.add(found.code)
-            opening = opened.get(passing)
-            if opening is None:
-                merged = tuple(sorted(chain.from_iterable(admitted[i] for i in passing)))
-                opening = opened[passing] = (merged, frozenset(merged))
-            open_hosts, open_set = opening
+            row = rows.get(needs)
+            if row is None:
+                row = rows[needs] = self._row(profile, reps, admitted, sizes, admission_codes)
+            rejections, codes, open_hosts, open_set, compatible = row
             if profile.pins:
                 pinned = set(profile.pins)
                 eligible = tuple(h for h in open_hosts if h in pinned)
                 if len(eligible) < len(open_hosts):
-                    codes.add(RejectionCode.NOT_PINNED)
+                    codes = codes | {RejectionCode.NOT_PINNED}
                 compatible = sum(
                     1 for h in pinned if h in self.shape_of and rejections[self.shape_of[h]] is None
                 )
@@ -237,7 +233,6 @@ class StaticEligibility:
                     pinned_here.setdefault(host_id, set()).add(model_id)
             else:
                 eligible = open_hosts
-                compatible = sum(sizes[i] for i in passing)
             self.rejections[model_id] = rejections
             self.eligible[model_id] = eligible
             shared = eligible is open_hosts  # models passing the same shapes share one set
@@ -250,12 +245,38 @@ class StaticEligibility:
         for host_id, view in views.items():
             if view.admission is not None:
                 continue
-            key = (self.shape_of[host_id], frozenset(pinned_here.get(host_id, ())))
+            pinned_models = pinned_here.get(host_id)
+            key = (
+                self.shape_of[host_id],
+                _NONE if pinned_models is None else frozenset(pinned_models),
+            )
             index = classes.get(key)
             if index is None:
                 index = classes[key] = len(self.class_reps)
                 self.class_reps.append(host_id)
             self.class_of[host_id] = index
+
+    def _row(
+        self,
+        profile: ModelProfile,
+        reps: list[HostView],
+        admitted: list[list[str]],
+        sizes: list[int],
+        admission_codes: set[RejectionCode],
+    ) -> _Row:
+        """What every model asking what ``profile`` asks of a host shares (pins aside)."""
+        rejections = tuple(self.memo.shape_rejection(profile, rep) for rep in reps)
+        passing = tuple(i for i, found in enumerate(rejections) if found is None)
+        codes = set(admission_codes)
+        for index, found in enumerate(rejections):
+            if found is not None and admitted[index]:
+                codes.add(found.code)
+        opening = self._opened.get(passing)
+        if opening is None:
+            merged = tuple(sorted(chain.from_iterable(admitted[i] for i in passing)))
+            opening = self._opened[passing] = (merged, frozenset(merged))
+        compatible = sum(sizes[i] for i in passing)
+        return rejections, frozenset(codes), opening[0], opening[1], compatible
 
     def rejection(self, model_id: str, host_id: str) -> Rejection | None:
         """The first static rejection of one pair, in ``STATIC_FILTERS`` order."""

@@ -11,6 +11,7 @@ changes after it is built, except memos of pure functions of these inputs.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 
 from gridctl.domain import ControllerPolicy, FleetSnapshot, ModelProfile
 from gridctl.planner.eligibility import StaticEligibility
@@ -29,24 +30,23 @@ class FleetIndex:
         self, profiles: Sequence[ModelProfile], snapshot: FleetSnapshot, policy: ControllerPolicy
     ) -> None:
         now = snapshot.now
-        self.profiles: dict[str, ModelProfile] = {p.name: p for p in sorted(profiles, key=_name)}
+        self.profiles: dict[str, ModelProfile] = {
+            p.name: p for p in sorted(profiles, key=attrgetter("name"))
+        }
         self.model_ids: tuple[str, ...] = tuple(self.profiles)
-        ordered_hosts = sorted(snapshot.hosts, key=lambda h: h.host_id)
+        ordered_hosts = sorted(snapshot.hosts, key=attrgetter("host_id"))
+        shapes: dict[tuple[object, ...], tuple[object, ...]] = {}  # equal host shapes, shared
         self.views: dict[str, HostView] = {
-            h.host_id: build_host_view(h, self.profiles, now, policy) for h in ordered_hosts
+            h.host_id: build_host_view(h, self.profiles, now, policy, shapes) for h in ordered_hosts
         }
         self.host_ids: tuple[str, ...] = tuple(self.views)
-        self.host_position: dict[str, int] = {h: i for i, h in enumerate(self.host_ids)}
+        self.host_position: dict[str, int] = dict(
+            zip(self.host_ids, range(len(self.host_ids)), strict=True)
+        )
         # what the pruning of a search reads of each host, without a view per visit
         self.domain_of: dict[str, str] = {}
         self.new_capacity: dict[str, int] = {}
         self.base_free: dict[str, int] = {}  # incremental free memory before any plan's work
-        for host_id, view in self.views.items():
-            self.domain_of[host_id] = view.domain
-            self.new_capacity[host_id] = view.new_capacity_mb
-            self.base_free[host_id] = (
-                view.new_capacity_mb - view.unmanaged_mb - view.live_managed_mb
-            )
         self.norms = FleetNorms.of(list(self.views.values()))
         self.exclusions = _reciprocal_exclusions(self.profiles)
         self.static = StaticEligibility(self.profiles, self.views)
@@ -56,8 +56,20 @@ class FleetIndex:
         self.cached_hosts: dict[str, list[str]] = {m: [] for m in self.model_ids}
         score_ids: dict[tuple[object, ...], int] = {}
         self.score_id: dict[str, int] = {}
+        self.live_violations: dict[str, str] = {}
         for host_id, view in self.views.items():
+            self.domain_of[host_id] = view.host.resources.failure_domain
+            self.new_capacity[host_id] = view.new_capacity_mb
+            self.base_free[host_id] = (
+                view.new_capacity_mb - view.unmanaged_mb - view.live_managed_mb
+            )
             self.score_id[host_id] = score_ids.setdefault(view.score_shape, len(score_ids))
+            if view.live_models:
+                breach = _colocation_breach(view.live_models, self.profiles, self.exclusions)
+                if breach:
+                    self.live_violations[host_id] = breach
+            elif not (view.cached_digests or view.failures or view.learned):
+                continue  # nothing on the host: special to no model
             for model_id in view.cached_digests:
                 if model_id in self.profiles:
                     self.cached_hosts[model_id].append(host_id)
@@ -85,11 +97,6 @@ class FleetIndex:
         for host_id, static_class in self.static.class_of.items():
             groups.setdefault((self.score_id[host_id], static_class), []).append(host_id)
         self.alike_groups: tuple[list[str], ...] = tuple(groups.values())
-        self.live_violations: dict[str, str] = {
-            host_id: found
-            for host_id, view in self.views.items()
-            if (found := _colocation_breach(view.live_models, self.profiles, self.exclusions))
-        }
         # memos of pure functions of (model, host shape)
         self.new_runtime: dict[str, dict[int, tuple[str, int] | None]] = {}  # by shape
         self.footprint: dict[str, dict[int, int | None]] = {}  # model -> shape -> MB
@@ -135,10 +142,6 @@ def fleet_index(
     if shared is None:
         return FleetIndex(profiles, snapshot, policy)
     return shared.index(profiles, snapshot, policy)
-
-
-def _name(profile: ModelProfile) -> str:
-    return profile.name
 
 
 def _best_incumbent(profile: ModelProfile, view: HostView) -> LiveResidency | None:
