@@ -424,6 +424,8 @@ def choose_by_class(
                     if known is not None:
                         rejected[(class_id, domain)] = known
             if known is None:
+                if host_id not in memo:  # a member scores as its class: spare the lookup
+                    memo[host_id] = scores[alike[class_id]]
                 # past the class's own pruning (``quick`` is exactly the score the member
                 # would have): the host-by-host pruning would let it through too
                 verdict = visit(search, host_id, best is not None and quick is not None)

@@ -19,6 +19,8 @@ re-read only the hosts that changed.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
+
 from gridctl.planner.host_views import HostView
 
 
@@ -59,9 +61,12 @@ class HostLedger:
     def desired_free_mb(self) -> int:
         return self.view.raw_mb - self.desired_mb
 
-    def members(self) -> set[str]:
-        """Models that occupy (or will occupy) a serving slot here right now."""
-        return set(self.view.live_models) | self.new_models | self.reserved
+    def members(self) -> AbstractSet[str]:
+        """Models that occupy (or will occupy) a serving slot here right now (read only)."""
+        live = self.view.live_models
+        if not live and not self.reserved:
+            return self.new_models  # a cold host: no union to build
+        return live | self.new_models | self.reserved
 
     def disk_free_mb(self) -> int | None:
         free = self.view.host.resources.disk_free_mb

@@ -43,8 +43,27 @@ DYNAMIC_MAX = FAILURE_DOMAIN + BEST_FIT
 Components = tuple[tuple[str, float], ...]
 
 
-def _r(value: float) -> float:
-    return round(value, 6)
+# ``round(x, 6)`` is a decimal conversion (about 3,400 instructions); a plan rounds the
+# same few values again and again (a cold 64x32 plan over 500 times), so roundings are
+# kept, keyed by the float itself: exact, as only non-zero floats are kept (zeros of
+# either sign and ints compare equal to other keys). Cleared when full: bounded.
+_ROUNDED: dict[float, float] = {}
+_ROUNDED_MAX = 1 << 14
+
+
+def round6(value: float) -> float:
+    """``round(value, 6)``, memoised."""
+    found = _ROUNDED.get(value)
+    if found is None:
+        if value.__class__ is not float or not value:
+            return round(value, 6)
+        if len(_ROUNDED) >= _ROUNDED_MAX:
+            _ROUNDED.clear()
+        found = _ROUNDED[value] = round(value, 6)
+    return found
+
+
+_r = round6
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,7 +272,7 @@ def best_fit(free_after_mb: int, capacity_mb: int) -> float:
         tightness = 0.0
     elif tightness > 1.0:
         tightness = 1.0
-    return round(BEST_FIT * tightness, 6)
+    return round6(BEST_FIT * tightness)
 
 
 def dynamic_components(new_domain: bool, free_after_mb: int, capacity_mb: int) -> Components:
@@ -278,7 +297,7 @@ def score_with_dynamic(
         value += FAILURE_DOMAIN
     if capacity_mb > 0:
         value += best_fit(free_after_mb, capacity_mb)
-    return round(value, 6)
+    return round6(value)
 
 
 def total(components: Components) -> float:

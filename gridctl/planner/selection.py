@@ -30,6 +30,7 @@ from gridctl.planner.scoring import (
     FAILURE_DOMAIN,
     Components,
     dynamic_components,
+    round6,
     score_with_dynamic,
 )
 from gridctl.planner.workspace import Workspace
@@ -209,10 +210,14 @@ def first_rejection(ws: Workspace, candidate: Candidate) -> Rejection | None:
 def score(ws: Workspace, candidate: Candidate) -> None:
     """The named components and score the candidate has if it passes every filter."""
     name = candidate.profile.name
+    host_id = candidate.view.host_id
     new_domain, free_after, capacity = _dynamic_facts(ws, candidate)
-    static_parts, _ = ws.static_score(name, candidate.view.host_id)
+    static_parts, _ = ws.static_score(name, host_id)
     candidate.components = static_parts + dynamic_components(new_domain, free_after, capacity)
-    candidate.score = score_value(ws, candidate)
+    # ``score_value`` from the facts in hand
+    candidate.score = score_with_dynamic(
+        ws.static_sum(name, host_id), new_domain, free_after, capacity
+    )
 
 
 def score_value(ws: Workspace, candidate: Candidate) -> float:
@@ -410,8 +415,8 @@ def choose_host(
                             tightness = 0.0
                         elif tightness > 1.0:
                             tightness = 1.0
-                        value += round(BEST_FIT * tightness, 6)
-                    quick = round(value, 6)
+                        value += round6(BEST_FIT * tightness)
+                    quick = round6(value)
                     if quick < top or (quick == top and host_id > best.view.host_id):
                         continue  # it cannot win even if feasible
         if visit(search, host_id, pruned) is Verdict.BREAK:
