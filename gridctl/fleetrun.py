@@ -144,17 +144,18 @@ def wait_healthy(
     """Wait for ``/healthz``; when ``proc`` is given, fail at once if it exits first."""
     deadline = time.monotonic() + deadline_seconds
     last: Exception | None = None
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise FleetStartError(f"the controller exited with code {proc.returncode}")
-        try:
-            if httpx.get(url + "/healthz", timeout=1.0).status_code == 200:
-                if proc is not None and proc.poll() is not None:
-                    raise FleetStartError(f"the controller exited with code {proc.returncode}")
-                return
-        except httpx.HTTPError as exc:
-            last = exc
-        time.sleep(0.2)
+    with httpx.Client(timeout=1.0) as client:  # one client: each new one reads a CA store
+        while time.monotonic() < deadline:
+            if proc is not None and proc.poll() is not None:
+                raise FleetStartError(f"the controller exited with code {proc.returncode}")
+            try:
+                if client.get(url + "/healthz").status_code == 200:
+                    if proc is not None and proc.poll() is not None:
+                        raise FleetStartError(f"the controller exited with code {proc.returncode}")
+                    return
+            except httpx.HTTPError as exc:
+                last = exc
+            time.sleep(0.1)
     raise TimeoutError(f"controller at {url} did not become healthy: {last}")
 
 

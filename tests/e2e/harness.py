@@ -27,6 +27,9 @@ ROOT = Path(__file__).resolve().parents[2]
 GEMMA = "gemma-3-270m"
 GEMMA_SHA = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 T = TypeVar("T")
+# One TLS context for every request the harnesses send: without it httpx builds a new one
+# from the whole CA store for each request, and the waits poll several times a second.
+VERIFY = httpx.create_ssl_context()
 
 
 def free_port() -> int:
@@ -178,7 +181,7 @@ class Fleet:
         )
 
     def status(self) -> dict[str, Any]:
-        response = httpx.get(self.url + "/allocator/status", timeout=10)
+        response = httpx.get(self.url + "/allocator/status", timeout=10, verify=VERIFY)
         response.raise_for_status()
         data: dict[str, Any] = response.json()
         return data
@@ -203,6 +206,7 @@ class Fleet:
             method,
             self.url + path,
             timeout=30,
+            verify=VERIFY,
             headers={"X-Grid-Allocator-Token": self.token},
             **kw,
         )

@@ -31,7 +31,15 @@ from openai import OpenAI
 
 from gridctl.controller.store import ControllerStore
 from gridctl.controller.stores.postgres import PostgresBackend, PostgresLocation
-from tests.e2e.harness import GEMMA, ROOT, DesiredRepo, free_port, profile_yaml, wait_for
+from tests.e2e.harness import (
+    GEMMA,
+    ROOT,
+    VERIFY,
+    DesiredRepo,
+    free_port,
+    profile_yaml,
+    wait_for,
+)
 from tests.pgcluster import PgCluster, pg_cluster  # noqa: F401  (a session fixture)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -114,7 +122,7 @@ class HaFleet:
             )
 
     def status(self, i: int) -> dict[str, Any]:
-        response = httpx.get(self.urls[i] + "/allocator/status", timeout=5)
+        response = httpx.get(self.urls[i] + "/allocator/status", timeout=5, verify=VERIFY)
         response.raise_for_status()
         data: dict[str, Any] = response.json()
         return data

@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 import psutil
 
-from tests.e2e.harness import GEMMA, ROOT, DesiredRepo, free_port, wait_for
+from tests.e2e.harness import GEMMA, ROOT, VERIFY, DesiredRepo, free_port, wait_for
 
 TICK_SECONDS = 1.0
 HEARTBEAT_SECONDS = 1.0
@@ -207,7 +207,7 @@ class FaultFleet:
     # --- observation ------------------------------------------------------------------
 
     def status(self, timeout: float = 15) -> dict[str, Any]:
-        response = httpx.get(self.url + "/allocator/status", timeout=timeout)
+        response = httpx.get(self.url + "/allocator/status", timeout=timeout, verify=VERIFY)
         response.raise_for_status()
         data: dict[str, Any] = response.json()
         return data

@@ -165,6 +165,7 @@ class LlamaCppRuntime:
         self._transport = transport
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         self._lock = threading.Lock()
+        self._verify: tuple[object, ssl.SSLContext] | None = None  # (trust file key, context)
         self.log_dir.mkdir(parents=True, exist_ok=True)
 
     # --- command line -----------------------------------------------------------------
@@ -315,12 +316,25 @@ class LlamaCppRuntime:
     # --- probes -----------------------------------------------------------------------
 
     def _client(self) -> httpx.Client:
-        verify: ssl.SSLContext | bool = True
-        if self.network.tls and self.network.ca_file is not None:
-            verify = client_context(self.network.ca_file)  # re-read: renewal may replace it
         return httpx.Client(
-            timeout=self.settings.probe_timeout, transport=self._transport, verify=verify
+            timeout=self.settings.probe_timeout,
+            transport=self._transport,
+            verify=self._verify_context(),
         )
+
+    def _verify_context(self) -> ssl.SSLContext:
+        """What probes verify children with. Building a context reads a whole CA store, so
+        it is built once, and again whenever the trust file changes (a renewal replaces it)."""
+        ca_file = self.network.ca_file if self.network.tls else None
+        key: object = None
+        if ca_file is not None:
+            seen = ca_file.stat()
+            key = (str(ca_file), seen.st_ino, seen.st_mtime_ns, seen.st_size)
+        with self._lock:
+            if self._verify is None or self._verify[0] != key:
+                context = client_context(ca_file) if ca_file else httpx.create_ssl_context()
+                self._verify = (key, context)
+            return self._verify[1]
 
     def healthy(self, port: int) -> bool:
         try:
