@@ -61,9 +61,14 @@ def plan_placement(
     return assemble(ws, digest)
 
 
+_NO_FLEET = FleetFacts(ready=0, recent_ready=0, startup_seconds=None)
+
+
 def fleet_facts(ws: Workspace, model_id: str) -> FleetFacts:
     profile = ws.profiles[model_id]
     eligible = ws.eligible_set[model_id]
+    if not ws.special_hosts(model_id):  # no incumbent, cache, failure or learned fact
+        return _NO_FLEET if not eligible else FleetFacts(0, 0, start_seconds(profile, None, False))
     ready = 0
     recent = 0
     horizon = ws.now - profile.scale_down_cooldown_seconds
