@@ -35,6 +35,7 @@ from gridctl.planner.fleet_index import StaticScore
 from gridctl.planner.rejections import Rejection, RejectionCode
 from gridctl.planner.scoring import DYNAMIC_MAX, score_with_dynamic
 from gridctl.planner.selection import (
+    BEST_FIT_BOUND,
     Choice,
     Search,
     Verdict,
@@ -44,6 +45,8 @@ from gridctl.planner.selection import (
 from gridctl.planner.workspace import Workspace
 
 Signature = tuple[object, ...]
+
+_NONE: frozenset[str] = frozenset()
 
 
 class HostClasses:
@@ -68,6 +71,10 @@ class HostClasses:
         # per model: hosts where it is planned or reserved (special to its searches)
         self.holders: dict[str, set[str]] = {}
         self._held: dict[str, frozenset[str]] = {}
+        # per host: a number for what the signature reads of its view (fixed for the plan),
+        # so a re-read builds and hashes a short tuple
+        self._fixed: dict[str, int] = {}
+        self._fixed_ids: dict[Signature, int] = {}
         # models whose presence on a host changes what colocation says to another model
         self._constraining = frozenset(
             name
@@ -86,6 +93,7 @@ class HostClasses:
             group.setdefault(class_id, []).append(host_id)  # host ids arrive in order
             domains = self.by_domain.setdefault(class_id, {})
             domains.setdefault(ws.domain_of[host_id], []).append(host_id)
+        self._representatives = sorted(self._representative.items())
         ws.journal.clear()
 
     def count(self) -> int:
@@ -98,7 +106,7 @@ class HostClasses:
         if found is None:
             eligible = self._ws.eligible_set[model_id]
             found = self._eligible[model_id] = tuple(
-                c for c, host_id in sorted(self._representative.items()) if host_id in eligible
+                c for c, host_id in self._representatives if host_id in eligible
             )
         return found
 
@@ -165,8 +173,11 @@ class HostClasses:
     def _hold(self, host_id: str) -> None:
         """Index which models are planned or reserved on the host."""
         ledger = self._ws.ledgers[host_id]
-        held = frozenset(ledger.assigned | ledger.reserved | ledger.new_models)
-        before = self._held.get(host_id, frozenset())
+        if ledger.assigned or ledger.reserved or ledger.new_models:
+            held = frozenset(ledger.assigned | ledger.reserved | ledger.new_models)
+        else:
+            held = _NONE
+        before = self._held.get(host_id, _NONE)
         if held == before:
             return
         for model_id in before - held:
@@ -179,11 +190,25 @@ class HostClasses:
         """Everything a search for a model not planned, reserved or resident on the host
         reads of it but its failure domain: which models are there matters only by their
         count and the ones that carry a colocation rule."""
-        ws = self._ws
-        view = ws.views[host_id]
-        ledger = ws.ledgers[host_id]
+        ledger = self._ws.ledgers[host_id]
+        fixed = self._fixed.get(host_id)
+        if fixed is None:
+            fixed = self._fixed[host_id] = self._fixed_id(host_id)
         members = ledger.members()
         return (
+            fixed,
+            ledger.new_mb,
+            ledger.desired_mb,
+            ledger.disk_mb,
+            len(members),
+            frozenset(members & self._constraining) if members else _NONE,
+        )
+
+    def _fixed_id(self, host_id: str) -> int:
+        """The number of what the signature reads of the host's view."""
+        ws = self._ws
+        view = ws.views[host_id]
+        fixed = (
             ws.score_id(host_id),
             ws.static.class_of[host_id],
             view.new_capacity_mb,
@@ -193,12 +218,8 @@ class HostClasses:
             view.host.resources.max_models,
             view.host.resources.disk_free_mb,
             ws.live_violations.get(host_id, ""),
-            ledger.new_mb,
-            ledger.desired_mb,
-            ledger.disk_mb,
-            len(members),
-            frozenset(members & self._constraining),
         )
+        return self._fixed_ids.setdefault(fixed, len(self._fixed_ids))
 
     def refresh(self) -> None:
         """Move every host whose ledger changed into the class its new state belongs to."""
@@ -279,7 +300,8 @@ def _special_hosts(ws: Workspace, model_id: str, dead: dict[str, RejectionCode])
     found = set(ws.special_hosts(model_id))
     found.update(ws.resident_hosts(model_id))
     found.update(dead)
-    found.update(h for h, m in ws.preemptions if m == model_id)
+    if ws.preemptions:
+        found.update(h for h, m in ws.preemptions if m == model_id)
     if ws.classes is not None:
         found.update(ws.classes.holders.get(model_id, ()))
     return found
@@ -368,7 +390,17 @@ def choose_by_class(
     for static_class in classes.eligible_static(model_id):
         for group, members in by_static[static_class].items():
             first = members[0]
-            if used or first in special:
+            if first in special and len(members) == 1:
+                continue
+            streams: list[tuple[str, int, list[str], str | None]] | None
+            if used and len(members) == 1:
+                # ``_streams`` of a lone member (a host the plan filled), without the call
+                in_domain = domain_of[first]
+                if in_domain in used:
+                    streams = [(first, 0, classes.by_domain[group][in_domain], in_domain)]
+                else:
+                    streams = None
+            elif used or first in special:
                 streams = _streams(classes, group, members, special, used, domain_of)
                 if not streams:
                     continue
@@ -405,6 +437,9 @@ def choose_by_class(
             if best is not None:
                 if -key + DYNAMIC_MAX < best.score:
                     break  # no later host can win
+                if domain is not None and -key + BEST_FIT_BOUND < best.score:
+                    heapq.heappop(queue)  # in a used domain: no member can win (nor ``quick``)
+                    continue
                 kind = (class_id, domain is None)
                 if kind in quick_of:
                     quick = quick_of[kind]

@@ -153,12 +153,13 @@ def place_rounds(ws: Workspace) -> None:
     for priority in priorities:
         models = [m for m in ws.model_ids if ws.priority(m) == priority and not ws.profiles[m].pins]
         progress = {m: ws.placed(m) for m in models}
+        keys = {m: round_key(ws, m) for m in models}  # fixed while the rounds run
         stopped: set[str] = set()
         for demand_class in ROUND_CLASSES:
             active = [m for m in models if _wants(ws, m, progress[m], demand_class, stopped)]
             while active:
                 following: list[str] = []
-                for model_id in sorted(active, key=lambda m: round_key(ws, m)):
+                for model_id in sorted(active, key=keys.__getitem__):
                     index = progress[model_id]
                     outcome = place_one(ws, model_id, index, demand_class)
                     progress[model_id] = index + 1

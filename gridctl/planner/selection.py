@@ -213,11 +213,13 @@ def score(ws: Workspace, candidate: Candidate) -> None:
     host_id = candidate.view.host_id
     new_domain, free_after, capacity = _dynamic_facts(ws, candidate)
     static_parts, _ = ws.static_score(name, host_id)
-    candidate.components = static_parts + dynamic_components(new_domain, free_after, capacity)
-    # ``score_value`` from the facts in hand
-    candidate.score = score_with_dynamic(
-        ws.static_sum(name, host_id), new_domain, free_after, capacity
-    )
+    dynamic = dynamic_components(new_domain, free_after, capacity)
+    candidate.components = static_parts + dynamic
+    # ``score_value``: ``score_with_dynamic``'s sum, in its order, from the parts in hand
+    value = ws.static_sum(name, host_id)
+    for _, part in dynamic:
+        value += part
+    candidate.score = round6(value)
 
 
 def score_value(ws: Workspace, candidate: Candidate) -> float:
