@@ -190,7 +190,7 @@ def _clauses(hint: Any, default: object, scope: dict[str, Any], x: str) -> list[
     ``canonical`` and json would; anything else falls through to ``_text``.
     """
     clauses: list[tuple[str, str]] = []
-    if _constant(default) and (type(default) in (tuple, float) or isinstance(default, Enum)):
+    if _constant(default) and default is not None and type(default) is not bool:
         scope[f"{x}_default"] = default
         clauses.append((f"{x} is {x}_default", f"{x} = {_text(default)!r}"))
     options = typing.get_args(hint) if _is_union(hint) else (hint,)
@@ -198,6 +198,8 @@ def _clauses(hint: Any, default: object, scope: dict[str, Any], x: str) -> list[
         clauses.append((f"{x} is None", f'{x} = "null"'))
     for option in options:
         clauses.extend(_type_clauses(option, scope, x))
+    if type(default) is tuple and not default:  # the default clause already writes ()
+        return [clause for clause in clauses if clause[0] != f"{x} is _EMPTY"]
     return clauses
 
 
@@ -248,6 +250,8 @@ def _items_encoder(hint: Any) -> _Encoder:
     if hint is str:
 
         def strings(value: Any) -> str:
+            if len(value) == 1 and type(value[0]) is str:  # most tuples of names hold one
+                return f"[{_string(value[0])}]"
             texts = [_string(v) if type(v) is str else _text(v) for v in value]
             if len(texts) > 1:
                 texts.sort()
@@ -258,6 +262,8 @@ def _items_encoder(hint: Any) -> _Encoder:
         encode = _encoder(hint)
 
         def objects(value: Any) -> str:
+            if len(value) == 1 and type(value[0]) is hint:
+                return f"[{encode(value[0])}]"
             texts = [encode(v) if type(v) is hint else _text(v) for v in value]
             if len(texts) > 1:
                 texts.sort()
@@ -355,9 +361,7 @@ def input_digest(
         policy_text = texts.text(policy)
         profiles_text = texts.text(list(profiles))
         snapshot_text = texts.fields_text(snapshot)
-    text = (
-        '{"policy":' + policy_text + ',"profiles":' + profiles_text + ',"snapshot":' + snapshot_text
-    ) + "}"
+    text = f'{{"policy":{policy_text},"profiles":{profiles_text},"snapshot":{snapshot_text}}}'
     return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
