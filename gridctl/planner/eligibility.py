@@ -47,6 +47,8 @@ def data_tier(profile: ModelProfile, view: HostView) -> Rejection | None:
 
 
 def required_tags(profile: ModelProfile, view: HostView) -> Rejection | None:
+    if not profile.required_tags:
+        return None
     missing = sorted(set(profile.required_tags) - set(view.host.resources.tags))
     if missing:
         return Rejection(RejectionCode.REQUIRED_TAG, f"missing tag {', '.join(missing)}")
@@ -54,6 +56,8 @@ def required_tags(profile: ModelProfile, view: HostView) -> Rejection | None:
 
 
 def forbidden_tags(profile: ModelProfile, view: HostView) -> Rejection | None:
+    if not profile.forbidden_tags:
+        return None
     present = sorted(set(profile.forbidden_tags) & set(view.host.resources.tags))
     if present:
         return Rejection(RejectionCode.FORBIDDEN_TAG, f"forbidden tag {', '.join(present)}")

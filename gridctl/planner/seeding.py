@@ -67,6 +67,8 @@ def _preferred_incumbents(ws: Workspace, model_id: str) -> list[tuple[str, LiveR
 def seed_incumbents(ws: Workspace) -> None:
     rows: list[tuple[tuple[int, int, int, str, int], str, str]] = []
     for model_id in ws.model_ids:
+        if not ws.incumbents[model_id]:
+            continue  # nothing live to keep
         for rank, (host_id, row) in enumerate(_preferred_incumbents(ws, model_id)):
             pinned_here = host_id in ws.profiles[model_id].pins
             key = (
