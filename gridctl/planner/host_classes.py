@@ -81,8 +81,11 @@ class HostClasses:
             for name, profile in ws.profiles.items()
             if profile.max_colocated_models > 0 or name in ws.exclusions
         )
+        ledgers = ws.ledgers
         for host_id in ws.host_ids:
-            self._hold(host_id)
+            ledger = ledgers[host_id]
+            if ledger.assigned or ledger.reserved or ledger.new_models:
+                self._hold(host_id)  # (on an empty host it would find nothing to index)
             if ws.views[host_id].admission is not None:
                 continue  # it takes nothing new: never eligible for any model
             class_id = self._id_of(host_id)
@@ -126,7 +129,11 @@ class HostClasses:
         key = (model_id, class_id, new_domain)
         if key in self._quick:
             return self._quick[key]
-        footprint = ws.new_footprint(model_id, host_id)
+        footprints = ws.footprints(model_id)
+        shape = ws.static.shape_of[host_id]
+        footprint = (
+            footprints[shape] if shape in footprints else ws.new_footprint(model_id, host_id)
+        )
         found: float | None = None
         if footprint is not None:  # a class member holds no replica of the model
             raw = self._by_alike[model_id][self.alike[class_id]][1]
@@ -147,7 +154,11 @@ class HostClasses:
         signature: its footprint, artifact size, colocation rules and whether its
         failure-domain minimum is met; None where it is not a new placement."""
         ws = self._ws
-        footprint = ws.new_footprint(model_id, host_id)
+        footprints = ws.footprints(model_id)
+        shape = ws.static.shape_of[host_id]
+        footprint = (
+            footprints[shape] if shape in footprints else ws.new_footprint(model_id, host_id)
+        )
         if footprint is None:
             return None
         profile = ws.profiles[model_id]

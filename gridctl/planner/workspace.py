@@ -345,7 +345,9 @@ class Workspace:
         return min(self.profiles[model_id].min_failure_domains, self.targets[model_id].replicas)
 
     def needs_new_domain(self, model_id: str) -> bool:
-        return len(self.domains[model_id]) < self.required_domains(model_id)
+        # ``required_domains``, inlined (every dynamic filter chain asks)
+        required = min(self.profiles[model_id].min_failure_domains, self.targets[model_id].replicas)
+        return len(self.domains[model_id]) < required
 
     def evictions_left(self) -> int:
         return self.policy.max_evictions_per_plan - len(self.preemptions)
