@@ -14,7 +14,9 @@ size, the growth exponent of CPU time between consecutive sizes and over the
 whole range (log time ratio / log of the hosts x models ratio), the CPU time
 when the inputs' canonical texts are already known (a controller tick whose
 hosts and profiles are unchanged objects) and the load average, since a shared
-machine makes wall-clock times noisy. ``--saturated`` makes every model hot
+machine makes wall-clock times noisy. Every timed run starts from a collected heap
+(``gc.collect()`` outside the timing); the collections a plan's own allocations
+trigger are timed. ``--saturated`` makes every model hot
 and every GPU host full (the proactive repack's worst case) in the mixed shape.
 
     python benchmarks/planner.py [--runs N] [--cold | --mixed] [--profile SIZE] [--saturated]
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import math
 import os
 import pstats
@@ -238,12 +241,17 @@ def median_ms(
     texts = InputTexts()
     plan = plan_placement(profiles, snapshot, policy)  # warm-up, outside the timing
     plan_placement(profiles, snapshot, policy, texts=texts)
+    # each run starts from a collected heap, so a full collection that the previous
+    # run's garbage made due is not charged to the next one
     for _ in range(runs):
+        gc.collect()
         started = time.perf_counter()
         started_cpu = time.process_time()
         plan_placement(profiles, snapshot, policy)
         cpu.append((time.process_time() - started_cpu) * 1000.0)
         wall.append((time.perf_counter() - started) * 1000.0)
+    for _ in range(runs):
+        gc.collect()
         started_cpu = time.process_time()
         plan_placement(profiles, snapshot, policy, texts=texts)
         remembered.append((time.process_time() - started_cpu) * 1000.0)
