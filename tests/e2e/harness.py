@@ -267,6 +267,15 @@ class Fleet:
                 proc.kill()
 
 
+def engine_port_base() -> int:
+    """The first port of a fleet's fixed port blocks (50 per machine: engine children and
+    the peer mirror). Below the kernel's ephemeral range (32768 and up here), so a socket
+    the test or the system opened on an ephemeral port never holds one of them; apart from
+    the node tests' ranges (24000-30000); and varied by process, so two runs side by side
+    do not share blocks."""
+    return 10_000 + (os.getpid() % 100) * 100
+
+
 def make_fleet(tmp_path: Path, mode: str = "automatic") -> Fleet:
     if shutil.which("git") is None:
         raise RuntimeError("git is required for end-to-end tests")
@@ -275,7 +284,7 @@ def make_fleet(tmp_path: Path, mode: str = "automatic") -> Fleet:
         repo=repo,
         state_dir=tmp_path / "state",
         port=free_port(),
-        engine_port_base=30000 + (os.getpid() % 100) * 100,
+        engine_port_base=engine_port_base(),
     )
 
 
@@ -391,5 +400,5 @@ def make_api_fleet(tmp_path: Path, mode: str = "automatic") -> ApiFleet:
         repo=DesiredRepo(tmp_path / "checkout", mode=mode),
         state_dir=tmp_path / "state",
         port=free_port(),
-        engine_port_base=30000 + (os.getpid() % 100) * 100,
+        engine_port_base=engine_port_base(),
     )
