@@ -15,6 +15,7 @@ from typing import NamedTuple, Never
 
 from gridctl.domain import (
     ControllerPolicy,
+    HostResources,
     HostSnapshot,
     HostState,
     LearnedOnHost,
@@ -192,15 +193,7 @@ def build_host_view(
                 _NO_ENTRIES,  # by_model
                 _NO_ENTRIES,  # learned
                 shape,
-                (  # score_shape
-                    res.measured_tokens_per_second,
-                    res.memory_bandwidth_gbps,
-                    res.compute_gflops,
-                    res.measured_latency_ms,
-                    res.host_priority,
-                    throttled,
-                    0,
-                ),
+                score_shape(res, throttled, 0),
             ),
         )
     live: list[LiveResidency] = []
@@ -257,15 +250,20 @@ def build_host_view(
         by_model=by_model,
         learned={row.model_id: row for row in host.learned},
         shape=shape,
-        score_shape=(
-            res.measured_tokens_per_second,
-            res.memory_bandwidth_gbps,
-            res.compute_gflops,
-            res.measured_latency_ms,
-            res.host_priority,
-            throttled,
-            active,
-        ),
+        score_shape=score_shape(res, throttled, active),
+    )
+
+
+def score_shape(res: HostResources, throttled: bool, active: int) -> tuple[object, ...]:
+    """Every host fact static scoring reads (``HostView.score_shape``)."""
+    return (
+        res.measured_tokens_per_second,
+        res.memory_bandwidth_gbps,
+        res.compute_gflops,
+        res.measured_latency_ms,
+        res.host_priority,
+        throttled,
+        active,
     )
 
 
