@@ -7,12 +7,17 @@ drain -> draining, unload -> gone) and acknowledges them on the next heartbeat.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from gridctl.credentials import issue_node_credential, load_or_create_signing_key
+
+if TYPE_CHECKING:
+    from gridctl.controller.serving import ControllerService
 
 GEMMA_SHA = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 
@@ -50,6 +55,42 @@ def engine_handler(request: httpx.Request) -> httpx.Response:
             },
         )
     return httpx.Response(401, json={"error": "no key"})
+
+
+def watched_dir(tmp_path: Path, files: Mapping[str, str]) -> Path:
+    """A watched directory ``tmp_path/policies`` holding ``files`` (file name -> YAML)."""
+    watch = tmp_path / "policies"
+    watch.mkdir()
+    for name, text in files.items():
+        (watch / name).write_text(text)
+    return watch
+
+
+def sim_service(
+    tmp_path: Path,
+    files: Mapping[str, str] | None = None,
+    *,
+    clock: Clock | None = None,
+    engine: Callable[[httpx.Request], Any] = engine_handler,
+    **options: Any,
+) -> tuple[ControllerService, Clock]:
+    """The real controller service, state in ``tmp_path/state``, on a clock the test moves,
+    its engines behind ``httpx.MockTransport(engine)``; ``files`` are written to the watched
+    directory (``watched_dir``) unless ``options`` name a ``watch_dir`` of their own."""
+    from gridctl.controller.serving import ControllerService, ServiceOptions
+
+    clock = Clock() if clock is None else clock
+    if files is not None:
+        options.setdefault("watch_dir", watched_dir(tmp_path, files))
+    service = ControllerService(
+        ServiceOptions(
+            state_dir=tmp_path / "state",
+            clock=clock,
+            upstream_transport=httpx.MockTransport(engine),
+            **options,
+        )
+    )
+    return service, clock
 
 
 @dataclass

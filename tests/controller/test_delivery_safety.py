@@ -20,8 +20,14 @@ import httpx
 import pytest
 
 from gridctl.config.schemas import validator
-from gridctl.controller.serving import ControllerService, ServiceOptions
-from tests.controller.simnodes import GEMMA_SHA, Clock, SimNode, engine_handler
+from gridctl.controller.serving import ControllerService
+from tests.controller.simnodes import (
+    GEMMA_SHA,
+    Clock,
+    SimNode,
+    sim_service,
+    watched_dir,
+)
 from tests.controller.test_http_flow import POLICY, converge, profile
 
 pytestmark = pytest.mark.anyio
@@ -54,21 +60,12 @@ class Fleet:
 @pytest.fixture
 async def fleet(tmp_path: Path) -> AsyncIterator[Fleet]:
     """Two replicas of gemma, then a desired state of one: a drain is pending."""
-    watch = tmp_path / "policies"
-    watch.mkdir()
-    (watch / "policy.yaml").write_text(
-        POLICY + "  heartbeat_stale_seconds: 45\n  mutation_cooldown_seconds: 0\n"
-    )
-    (watch / "gemma.yaml").write_text(profile("gemma", min_replicas=2, max_replicas=2))
-    clock = Clock()
-    service = ControllerService(
-        ServiceOptions(
-            state_dir=tmp_path / "state",
-            watch_dir=watch,
-            clock=clock,
-            upstream_transport=httpx.MockTransport(engine_handler),
-        )
-    )
+    files = {
+        "policy.yaml": POLICY + "  heartbeat_stale_seconds: 45\n  mutation_cooldown_seconds: 0\n",
+        "gemma.yaml": profile("gemma", min_replicas=2, max_replicas=2),
+    }
+    watch = watched_dir(tmp_path, files)
+    service, clock = sim_service(tmp_path, watch_dir=watch)
     app = service.build_app()
     service.start_ticking()
     async with httpx.AsyncClient(

@@ -16,9 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from gridctl.controller.serving import ControllerService, ServiceOptions
 from gridctl.router.telemetry import RequestObservation
-from tests.controller.simnodes import GEMMA_SHA, Clock, SimNode, engine_handler
+from tests.controller.simnodes import GEMMA_SHA, Clock, SimNode, sim_service
 from tests.controller.test_http_flow import POLICY, converge, profile
 
 BURST = 50_000
@@ -26,19 +25,8 @@ BURST = 50_000
 
 @pytest.fixture
 def service(tmp_path: Path) -> Any:
-    watch = tmp_path / "policies"
-    watch.mkdir()
-    (watch / "gemma.yaml").write_text(profile("gemma", max_replicas=1))
-    (watch / "policy.yaml").write_text(POLICY)
-    clock = Clock(1_000_020.0)
-    svc = ControllerService(
-        ServiceOptions(
-            state_dir=tmp_path / "state",
-            watch_dir=watch,
-            clock=clock,
-            upstream_transport=httpx.MockTransport(engine_handler),
-        )
-    )
+    files = {"gemma.yaml": profile("gemma", max_replicas=1), "policy.yaml": POLICY}
+    svc, clock = sim_service(tmp_path, files, clock=Clock(1_000_020.0))
     app = svc.build_app()
     svc.start_ticking()
     yield svc, app, clock

@@ -20,10 +20,10 @@ import httpx
 import openai
 import pytest
 
-from gridctl.controller.serving import ControllerService, ServiceOptions
+from gridctl.controller.serving import ControllerService
 from gridctl.router.evaluation import HEADER
 from gridctl.router.telemetry import RequestObservation
-from tests.controller.simnodes import GEMMA_SHA, Clock, SimNode, engine_handler
+from tests.controller.simnodes import GEMMA_SHA, SimNode, engine_handler, sim_service
 from tests.controller.test_http_flow import POLICY, converge
 
 PROFILE = textwrap.dedent(f"""\
@@ -75,20 +75,12 @@ class Fleet:
 
 @pytest.fixture
 async def fleet(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Fleet]:
-    watch = tmp_path / "policies"
-    watch.mkdir()
-    (watch / "gemma.yaml").write_text(PROFILE)
-    (watch / "policy.yaml").write_text(POLICY)
-    clock = Clock()
     engine = Engine()
-    service = ControllerService(
-        ServiceOptions(
-            state_dir=tmp_path / "state",
-            watch_dir=watch,
-            clock=clock,
-            upstream_transport=httpx.MockTransport(engine),
-            router_auth=getattr(request, "param", "auto"),
-        )
+    service, clock = sim_service(
+        tmp_path,
+        {"gemma.yaml": PROFILE, "policy.yaml": POLICY},
+        engine=engine,
+        router_auth=getattr(request, "param", "auto"),
     )
     app = service.build_app()
     seen: list[RequestObservation] = []

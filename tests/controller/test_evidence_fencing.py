@@ -15,9 +15,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gridctl.controller.serving import ControllerService, ServiceOptions
 from gridctl.router.telemetry import RequestObservation
-from tests.controller.simnodes import GEMMA_SHA, Clock, SimNode, engine_handler
+from tests.controller.simnodes import (
+    GEMMA_SHA,
+    SimNode,
+    engine_handler,
+    sim_service,
+    watched_dir,
+)
 from tests.controller.test_http_flow import POLICY, converge
 
 NEW_SHA = "7" * 64
@@ -57,20 +62,10 @@ class SlowEngine:
 async def test_a_late_response_of_the_previous_artifact_is_not_the_new_ones_evidence(
     tmp_path: Path,
 ) -> None:
-    watch = tmp_path / "policies"
-    watch.mkdir()
-    (watch / "gemma.yaml").write_text(profile(GEMMA_SHA))
-    (watch / "policy.yaml").write_text(POLICY)
-    clock = Clock()
     engine = SlowEngine()
-    svc = ControllerService(
-        ServiceOptions(
-            state_dir=tmp_path / "state",
-            watch_dir=watch,
-            clock=clock,
-            upstream_transport=httpx.MockTransport(engine),
-        )
-    )
+    files = {"gemma.yaml": profile(GEMMA_SHA), "policy.yaml": POLICY}
+    watch = watched_dir(tmp_path, files)
+    svc, clock = sim_service(tmp_path, watch_dir=watch, engine=engine)
     app = svc.build_app()
     seen: list[RequestObservation] = []
     svc.tap.add(seen.append)

@@ -11,9 +11,8 @@ import pytest
 
 from gridctl.cli.status_cmd import render_status
 from gridctl.config.schemas import validator
-from gridctl.controller.serving import ControllerService, ServiceOptions
 from gridctl.controller.statusdoc import NO_TEMPLATE_WARNING
-from tests.controller.simnodes import GEMMA_SHA, Clock, SimNode, engine_handler
+from tests.controller.simnodes import GEMMA_SHA, SimNode, sim_service
 from tests.controller.test_http_flow import POLICY, converge
 
 HEADER = {
@@ -57,20 +56,12 @@ class HeaderNode(SimNode):
 
 @pytest.mark.anyio
 async def test_status_shows_the_header_and_warns_without_a_template(tmp_path: Path) -> None:
-    watch = tmp_path / "policies"
-    watch.mkdir()
-    (watch / "bare.yaml").write_text(profile("bare", None))
-    (watch / "named.yaml").write_text(profile("named", "gemma"))
-    (watch / "policy.yaml").write_text(POLICY)
-    clock = Clock()
-    service = ControllerService(
-        ServiceOptions(
-            state_dir=tmp_path / "state",
-            watch_dir=watch,
-            clock=clock,
-            upstream_transport=httpx.MockTransport(engine_handler),
-        )
-    )
+    files = {
+        "bare.yaml": profile("bare", None),
+        "named.yaml": profile("named", "gemma"),
+        "policy.yaml": POLICY,
+    }
+    service, clock = sim_service(tmp_path, files)
     app = service.build_app()
     service.start_ticking()
     try:

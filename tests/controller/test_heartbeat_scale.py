@@ -15,8 +15,14 @@ import pytest
 
 import gridctl.controller.app as app_module
 import gridctl.controller.joining as joining_module
-from gridctl.controller.serving import ControllerService, ServiceOptions
-from tests.controller.simnodes import GEMMA_SHA, Clock, SimNode, SimResidency, engine_handler
+from gridctl.controller.serving import ControllerService
+from tests.controller.simnodes import (
+    GEMMA_SHA,
+    Clock,
+    SimNode,
+    SimResidency,
+    sim_service,
+)
 from tests.controller.test_http_flow import POLICY, profile
 
 pytestmark = pytest.mark.anyio
@@ -25,19 +31,7 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 def quiet(tmp_path: Path) -> Iterator[tuple[ControllerService, httpx.AsyncClient, Clock]]:
     """The real service and app with no tick thread: the test decides when ticks run."""
-    watch = tmp_path / "policies"
-    watch.mkdir()
-    (watch / "gemma.yaml").write_text(profile("gemma"))
-    (watch / "policy.yaml").write_text(POLICY)
-    clock = Clock()
-    service = ControllerService(
-        ServiceOptions(
-            state_dir=tmp_path / "state",
-            watch_dir=watch,
-            clock=clock,
-            upstream_transport=httpx.MockTransport(engine_handler),
-        )
-    )
+    service, clock = sim_service(tmp_path, {"gemma.yaml": profile("gemma"), "policy.yaml": POLICY})
     client = httpx.AsyncClient(
         transport=httpx.ASGITransport(app=service.build_app()), base_url="http://ctl"
     )

@@ -11,8 +11,13 @@ import httpx
 import pytest
 
 from gridctl.config.schemas import validator
-from gridctl.controller.serving import ControllerService, ServiceOptions
-from tests.controller.simnodes import GEMMA_SHA, Clock, SimNode, engine_handler
+from gridctl.controller.serving import ControllerService
+from tests.controller.simnodes import (
+    GEMMA_SHA,
+    SimNode,
+    sim_service,
+    watched_dir,
+)
 
 
 def profile(name: str, min_replicas: int = 1, max_replicas: int = 2) -> str:
@@ -38,19 +43,8 @@ POLICY = (
 
 @pytest.fixture
 def setup(tmp_path: Path) -> Any:
-    watch = tmp_path / "policies"
-    watch.mkdir()
-    (watch / "gemma.yaml").write_text(profile("gemma"))
-    (watch / "policy.yaml").write_text(POLICY)
-    clock = Clock()
-    service = ControllerService(
-        ServiceOptions(
-            state_dir=tmp_path / "state",
-            watch_dir=watch,
-            clock=clock,
-            upstream_transport=httpx.MockTransport(engine_handler),
-        )
-    )
+    watch = watched_dir(tmp_path, {"gemma.yaml": profile("gemma"), "policy.yaml": POLICY})
+    service, clock = sim_service(tmp_path, watch_dir=watch)
     app = service.build_app()
     service.start_ticking()
     yield service, app, clock, watch

@@ -15,10 +15,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gridctl.controller.serving import ControllerService, ServiceOptions
+from gridctl.controller.serving import ControllerService
 from gridctl.domain import ActionKind, Receipt, ReceiptStatus
 from gridctl.reconcile import BlockedCode, ControllerMemory
-from tests.controller.simnodes import GEMMA_SHA, Clock, SimNode, engine_handler
+from tests.controller.simnodes import GEMMA_SHA, SimNode, sim_service
 from tests.controller.storefixtures import queued
 
 POLICY = (
@@ -62,20 +62,8 @@ def next_tick(svc: ControllerService) -> dict[tuple[str, str], str | None]:
 
 @pytest.mark.anyio
 async def test_a_learned_slow_warm_changes_which_mutation_runs_first(tmp_path: Path) -> None:
-    watch = tmp_path / "policies"
-    watch.mkdir()
-    for name in ("m", "n"):
-        (watch / f"{name}.yaml").write_text(profile(name))
-    (watch / "policy.yaml").write_text(POLICY)
-    clock = Clock()
-    svc = ControllerService(
-        ServiceOptions(
-            state_dir=tmp_path / "state",
-            watch_dir=watch,
-            clock=clock,
-            upstream_transport=httpx.MockTransport(engine_handler),
-        )
-    )
+    files = {"m.yaml": profile("m"), "n.yaml": profile("n"), "policy.yaml": POLICY}
+    svc, clock = sim_service(tmp_path, files)
     app = svc.build_app()
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url="http://ctl"

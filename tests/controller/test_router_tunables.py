@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from gridctl.controller.serving import ControllerService, ServiceOptions
-from tests.controller.simnodes import GEMMA_SHA, Clock, SimNode, engine_handler
+from gridctl.controller.serving import ControllerService
+from tests.controller.simnodes import GEMMA_SHA, Clock, SimNode, engine_handler, sim_service
 from tests.controller.test_http_flow import converge, profile
 
 FAILING = {"on": False}
@@ -40,19 +40,8 @@ def policy_yaml(threshold: int, key_bytes: int = 256) -> str:
 
 
 async def _service(tmp_path: Path, threshold: int) -> tuple[ControllerService, Any, Clock]:
-    watch = tmp_path / "policies"
-    watch.mkdir()
-    (watch / "gemma.yaml").write_text(profile("gemma", max_replicas=1))
-    (watch / "policy.yaml").write_text(policy_yaml(threshold))
-    clock = Clock()
-    service = ControllerService(
-        ServiceOptions(
-            state_dir=tmp_path / "state",
-            watch_dir=watch,
-            clock=clock,
-            upstream_transport=httpx.MockTransport(failing_engine),
-        )
-    )
+    files = {"gemma.yaml": profile("gemma", max_replicas=1), "policy.yaml": policy_yaml(threshold)}
+    service, clock = sim_service(tmp_path, files, engine=failing_engine)
     return service, service.build_app(), clock
 
 

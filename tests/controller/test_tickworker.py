@@ -144,24 +144,11 @@ async def test_the_service_serves_and_ticks_while_its_planning_process_starts(
     the child has imported the planner, then in the child; stopping stops the child."""
     import httpx
 
-    from gridctl.controller.serving import ControllerService, ServiceOptions
-    from tests.controller.simnodes import Clock, engine_handler
+    from tests.controller.simnodes import sim_service
     from tests.controller.test_http_flow import POLICY, profile
 
-    watch = tmp_path / "policies"
-    watch.mkdir()
-    (watch / "gemma.yaml").write_text(profile("gemma"))
-    (watch / "policy.yaml").write_text(POLICY)
-    clock = Clock()
-    service = ControllerService(
-        ServiceOptions(
-            state_dir=tmp_path / "state",
-            watch_dir=watch,
-            clock=clock,
-            plan_in_worker=True,
-            upstream_transport=httpx.MockTransport(engine_handler),
-        )
-    )
+    files = {"gemma.yaml": profile("gemma"), "policy.yaml": POLICY}
+    service, clock = sim_service(tmp_path, files, plan_in_worker=True)
     app = service.build_app()
     ctl = service.controller
     async with app.router.lifespan_context(app):

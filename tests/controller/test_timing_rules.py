@@ -18,11 +18,10 @@ from typing import Any
 import httpx
 import pytest
 
-from gridctl.controller.serving import ControllerService, ServiceOptions
 from gridctl.controller.timings import LearnedTiming, estimate, learn, valid_report
 from gridctl.domain import ActionKind, ControllerPolicy, Receipt, ReceiptStatus
 from gridctl.reconcile import ControllerMemory
-from tests.controller.simnodes import Clock, SimNode, engine_handler
+from tests.controller.simnodes import SimNode, sim_service, watched_dir
 from tests.controller.storefixtures import queued
 
 POLICY = ControllerPolicy()
@@ -100,18 +99,8 @@ def _profile(sha: str) -> str:
 
 @pytest.fixture
 def service(tmp_path: Path) -> Any:
-    watch = tmp_path / "policies"
-    watch.mkdir()
-    (watch / "m.yaml").write_text(_profile("a" * 64))
-    clock = Clock()
-    svc = ControllerService(
-        ServiceOptions(
-            state_dir=tmp_path / "state",
-            watch_dir=watch,
-            clock=clock,
-            upstream_transport=httpx.MockTransport(engine_handler),
-        )
-    )
+    watch = watched_dir(tmp_path, {"m.yaml": _profile("a" * 64)})
+    svc, clock = sim_service(tmp_path, watch_dir=watch)
     app = svc.build_app()
     yield svc, app, watch, clock
 

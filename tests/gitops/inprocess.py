@@ -19,9 +19,9 @@ import yaml
 
 from gridctl.cli import plan_cmd
 from gridctl.config import load_directory
-from gridctl.controller.serving import ControllerService, ServiceOptions
+from gridctl.controller.serving import ControllerService
 from gridctl.domain import Mode
-from tests.controller.simnodes import GEMMA_SHA, Clock, SimNode, engine_handler
+from tests.controller.simnodes import GEMMA_SHA, Clock, SimNode, sim_service
 
 
 def profile_yaml(name: str, min_replicas: int = 1, memory_mb: int = 640) -> str:
@@ -132,15 +132,7 @@ class Harness:
 async def controller(
     tmp_path: Path, *, watch: Path | None = None, ticking: bool = True
 ) -> AsyncIterator[Harness]:
-    clock = Clock()
-    service = ControllerService(
-        ServiceOptions(
-            state_dir=tmp_path / "state",
-            watch_dir=watch,
-            clock=clock,
-            upstream_transport=httpx.MockTransport(engine_handler),
-        )
-    )
+    service, clock = sim_service(tmp_path, watch_dir=watch)
     app = service.build_app()
     if ticking:
         service.start_ticking()
