@@ -135,7 +135,7 @@ def plan_portfolio(inputs: PortfolioInputs) -> PortfolioResult:
     exploring = sorted(exploring_models(state, chosen))
     preempting = sorted(preemption_only_models(state, chosen))
     admission = admission_rows(
-        inputs.snapshot, profiles, plan, inputs.workloads, gates, every, mapping
+        inputs.snapshot, profiles, plan, inputs.workloads, gates, every, mapping, policy
     )
     return PortfolioResult(
         mapping=chosen,

@@ -1,8 +1,11 @@
 """Admission rows: one per active unbound workload, explaining the joint decision.
 
 Rows read the authoritative plan and the observed residencies; they never
-run a second solver. States, in the order they are decided: awaiting-plan
-(below the evidence gate); with no usable candidate, blocked-by-residency (a
+run a second solver. States, in the order they are decided: below the
+evidence gate, ready when a model scoring the workload is already READY (the
+router serves the workload there, so a workload whose earlier evidence left the
+demand window while its request is being served never falls back), else
+awaiting-plan; with no usable candidate, blocked-by-residency (a
 non-serving or stale copy occupies the host), capacity-contended or
 infeasible (no configured model can ever serve it here); deferred
 (intentionally left out under current capacity); then for the chosen model:
@@ -15,7 +18,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from gridctl.demand.learning import WorkloadDemand
-from gridctl.domain import Assignment, FleetSnapshot, ModelProfile, Plan, ResidencyState
+from gridctl.domain import (
+    Assignment,
+    ControllerPolicy,
+    FleetSnapshot,
+    ModelProfile,
+    Plan,
+    ResidencyState,
+)
 from gridctl.planner.portfolio_types import AdmissionRow, AdmissionState, CandidateRow, Gate
 
 _RESIDENCY_BLOCKS = ("model_resident", "stale_artifact_in_place")
@@ -70,6 +80,7 @@ def admission_rows(
     gates: Mapping[str, Gate],
     candidates: Mapping[str, Sequence[CandidateRow]],
     mapping: Mapping[str, str | None],
+    policy: ControllerPolicy,
 ) -> tuple[AdmissionRow, ...]:
     by_name = {p.name: p for p in profiles}
     rows: list[AdmissionRow] = []
@@ -79,7 +90,11 @@ def admission_rows(
         model_id = mapping.get(demand.workload)
         row = _Row(demand)
         if not gate.admitted:
-            rows.append(row.done(AdmissionState.AWAITING_PLAN, None, gate.reason))
+            serving = serving_model(snapshot, profiles, demand.workload, policy)
+            if serving is None:
+                rows.append(row.done(AdmissionState.AWAITING_PLAN, None, gate.reason))
+            else:
+                rows.append(_served_below_gate(row, snapshot, serving, plan, gate))
             continue
         usable = [c for c in options if c.usable]
         if not usable:
@@ -120,6 +135,58 @@ def admission_rows(
             continue
         rows.append(_chosen(row, snapshot, by_name[model_id], plan, options, gate))
     return tuple(rows)
+
+
+def serving_model(
+    snapshot: FleetSnapshot,
+    profiles: Sequence[ModelProfile],
+    workload: str,
+    policy: ControllerPolicy,
+) -> ModelProfile | None:
+    """The model the router answers a below-gate ``workload`` with: the best-scoring
+    profile (then by name) with a READY copy of its exact artifact on a host that admits
+    new work and whose heartbeat is fresh; None when there is none."""
+    scorers = sorted(
+        (p for p in profiles if p.workload_scores.get(workload, 0.0) > 0),
+        key=lambda p: (-p.workload_scores[workload], p.name),
+    )
+    live = {
+        (r.model_id, r.artifact_sha256)
+        for h in snapshot.hosts
+        if h.state.admits_new_work
+        and h.last_heartbeat is not None
+        and snapshot.now - h.last_heartbeat <= policy.heartbeat_stale_seconds
+        for r in h.residencies
+        if r.state is ResidencyState.READY
+    }
+    for profile in scorers:
+        sha = profile.artifact.sha256
+        if any(m == profile.name and (sha is None or s == sha) for m, s in live):
+            return profile
+    return None
+
+
+def _served_below_gate(
+    row: _Row, snapshot: FleetSnapshot, profile: ModelProfile, plan: Plan, gate: Gate
+) -> AdmissionRow:
+    """Below the evidence gate, served by a model that is already ready: the gate decides
+    new placements only, so the row reports the service, and the gate in its reason."""
+    model_id = profile.name
+    row.desired = dict(plan.targets).get(model_id, 0)
+    row.planned = len(plan.assignments_for(model_id))
+    row.ready, _ = replica_counts(snapshot, profile)
+    row.missing = max(0, row.desired - row.planned)
+    served = f"{model_id} is ready and serves {row.demand.workload}"
+    if row.ready < row.desired:
+        return row.done(
+            AdmissionState.UNDERSUPPLIED,
+            model_id,
+            f"{served}: {row.ready} of {row.desired} replicas ready; "
+            f"below the evidence gate: {gate.reason}",
+        )
+    return row.done(
+        AdmissionState.READY, model_id, f"{served}; below the evidence gate: {gate.reason}"
+    )
 
 
 class _Row:
