@@ -12,8 +12,8 @@ import pytest
 from gridctl.config.schemas import validator
 from gridctl.controller.serving import ControllerService, ServiceOptions
 from gridctl.router.telemetry import RequestObservation
-from tests.controller.simnodes import GEMMA_SHA, SimNode
-from tests.controller.test_http_flow import POLICY, Clock, converge, engine_handler
+from tests.controller.simnodes import GEMMA_SHA, Clock, SimNode, engine_handler
+from tests.controller.test_http_flow import POLICY, converge
 
 
 def scored(name: str, workload: str) -> str:

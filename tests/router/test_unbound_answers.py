@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from gridctl.controller.serving import ControllerService, ServiceOptions
-from tests.controller.simnodes import GEMMA_SHA, SimNode
-from tests.controller.test_http_flow import POLICY, Clock, converge, engine_handler
+from tests.controller.simnodes import GEMMA_SHA, Clock, SimNode, engine_handler
+from tests.controller.test_http_flow import POLICY, converge
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERAL = {"model": "auto", "messages": [{"role": "user", "content": "Say hello"}]}
