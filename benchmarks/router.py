@@ -177,9 +177,11 @@ def serve_router(port: int, engine: str) -> None:
     from starlette.applications import Starlette
 
     from gridctl.controller.registry import Registry
-    from gridctl.controller.serving import engine_transport
+    from gridctl.controller.routerkeys import guard_router_route
+    from gridctl.controller.serving import server_config
     from gridctl.router.proxy import Router, RouterContext
     from gridctl.router.telemetry import TelemetryTap
+    from gridctl.router.upstream import AiohttpUpstream
 
     registry = Registry(route_lease_seconds=1e9)
     registry.register(
@@ -211,8 +213,8 @@ def serve_router(port: int, engine: str) -> None:
     tap = TelemetryTap()
     seen = [0]
     tap.add(lambda _obs: seen.__setitem__(0, seen[0] + 1))
-    # the controller's own upstream client: httpx over the aiohttp transport
-    client = httpx.AsyncClient(timeout=60, transport=engine_transport(ssl.create_default_context()))
+    # the controller's own upstream to engines
+    upstream = AiohttpUpstream(ssl.create_default_context())
     router = Router(
         RouterContext(
             registry=registry,
@@ -220,11 +222,14 @@ def serve_router(port: int, engine: str) -> None:
             is_configured=lambda m: m == MODEL,
             unavailable_reason=lambda _m: "benchmark",
             tap=tap,
-            client=client,
+            upstream=upstream,
         )
     )
-    app = Starlette(routes=router.routes())
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    # each route behind the router-key and evaluation-marker guard, as the controller's
+    # (an open router: no key required, the operator capability never presented)
+    routes = [guard_router_route(r, lambda _request: (None, None)) for r in router.routes()]
+    app = Starlette(routes=routes)
+    uvicorn.Server(server_config(app, "127.0.0.1", port)).run()
 
 
 BODY = {

@@ -30,6 +30,7 @@ from gridctl.controller.app import ControllerApp
 from gridctl.controller.control import Controller
 from gridctl.controller.desired import ApiDesired, DesiredProvider
 from gridctl.controller.joining import FleetIdentity
+from gridctl.controller.onewrite import OneWriteHttpToolsProtocol
 from gridctl.controller.reading import SourceOptions, make_reader
 from gridctl.controller.registry import Registry
 from gridctl.controller.routerkeys import guard_router_route, serving_names
@@ -54,6 +55,7 @@ from gridctl.metrics import ControllerMetrics
 from gridctl.router.proxy import Router, RouterContext
 from gridctl.router.telemetry import RequestObservation, TelemetryTap
 from gridctl.router.unbound import UnboundDirectory
+from gridctl.router.upstream import AiohttpUpstream, HttpxUpstream, Upstream
 from gridctl.transport import base_url, is_loopback
 
 log = logging.getLogger(__name__)
@@ -103,12 +105,31 @@ class TlsOptions:
 
 
 def engine_transport(verify: ssl.SSLContext) -> httpx.AsyncBaseTransport:
-    """The router's connections to engines: httpx's interface (and its error types) over
-    aiohttp's connection pool and C parser. On the proxy path httpx's own pool and its
-    pure-Python parser took about four fifths of the router's time per request
-    (``benchmarks/router.py --fake``). ``verify`` is used as is, so a trust bundle loaded
-    into it later applies to new connections."""
+    """The prober's connections to engines: httpx's interface (and its error types) over
+    aiohttp's connection pool and C parser (the proxy path calls aiohttp directly:
+    ``gridctl.router.upstream``). ``verify`` is used as is, so a trust bundle loaded into
+    it later applies to new connections."""
     return AiohttpTransport(verify=verify, trust_env=False)
+
+
+def server_config(app: Starlette, host: str, port: int, **options: Any) -> uvicorn.Config:
+    """How the controller serves HTTP (``benchmarks/router.py`` serves the router so too):
+    uvicorn on httptools, each response in one write, no access log (never printed at
+    the warning level), and a short interpreter switch interval."""
+    # the tick thread holds the interpreter lock while it gathers inputs and commits
+    # (and for whole planning passes when it plans in process); a short switch
+    # interval hands it back to the serving loop soon after each socket read
+    sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        http=OneWriteHttpToolsProtocol,
+        log_level="warning",
+        access_log=False,
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        **options,
+    )
 
 
 class ControllerService:
@@ -440,7 +461,14 @@ class ControllerService:
             transport=self.options.upstream_transport or engine_transport(self._engine_context),
             timeout=httpx.Timeout(600.0, connect=5.0),
         )
-        self.upstream = upstream
+        self.upstream = upstream  # probes (and the router, on a test's transport)
+        # the proxy path calls aiohttp directly (see gridctl.router.upstream); a test's
+        # transport stands in for every engine on both
+        engines: Upstream = (
+            HttpxUpstream(upstream)
+            if self.options.upstream_transport is not None
+            else AiohttpUpstream(self._engine_context)
+        )
         router = Router(
             RouterContext(
                 registry=self.registry,
@@ -449,7 +477,7 @@ class ControllerService:
                 unavailable_reason=self._unavailable_reason,
                 endpoints_of=self._endpoints_of,
                 tap=self.tap,
-                client=upstream,
+                upstream=engines,
                 policy=self.controller.policy,
             )
         )
@@ -510,6 +538,7 @@ class ControllerService:
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
                 await upstream.aclose()
+                await engines.aclose()
 
         app.router.lifespan_context = lifespan
         return app
@@ -546,22 +575,12 @@ class ControllerService:
             ticks.close()
 
     def run(self) -> None:
-        # the tick thread holds the interpreter lock while it gathers inputs and commits
-        # (and for whole planning passes when it plans in process); a short switch
-        # interval hands it back to the serving loop soon after each socket read
-        sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
         ssl_files: dict[str, Any] = {}
         if self.tls_enabled:
             cert, key = self.serving_certificate()
             ssl_files = {"ssl_certfile": str(cert), "ssl_keyfile": str(key)}
-        config = uvicorn.Config(
-            self.build_app(),
-            host=self.options.host,
-            port=self.options.port,
-            log_level="warning",
-            lifespan="on",
-            timeout_keep_alive=KEEP_ALIVE_SECONDS,
-            **ssl_files,
+        config = server_config(
+            self.build_app(), self.options.host, self.options.port, lifespan="on", **ssl_files
         )
         self._server_config = config
         uvicorn.Server(config).run()

@@ -19,8 +19,9 @@ import json
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-import httpx
+from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -37,6 +38,7 @@ from gridctl.router.features import RequestFeatures, request_features
 from gridctl.router.sse import UsageParser, completion_tokens
 from gridctl.router.telemetry import RequestObservation, TelemetryTap
 from gridctl.router.unbound import UnboundDirectory, forward_unbound, unbound_request
+from gridctl.router.upstream import EngineResponse, Upstream, UpstreamError
 from gridctl.transport import is_plain_off_loopback
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -62,7 +64,7 @@ class RouterContext:
     is_configured: Callable[[str], bool]
     unavailable_reason: Callable[[str], str]
     tap: TelemetryTap
-    client: httpx.AsyncClient
+    upstream: Upstream  # how requests reach engines
     admission_wait_seconds: float = ADMISSION_WAIT_SECONDS
     breakers: Breakers | None = None  # default: one per router, on ``clock``
     attribution: Attribution | None = None
@@ -314,26 +316,23 @@ class Router:
         headers = {k: v for k, v in request.headers.items() if k.lower() in HOP_HEADERS}
         if route.api_key:
             headers["authorization"] = f"Bearer {route.api_key}"
-        upstream = self.ctx.client.build_request(
-            "POST", route.endpoint.rstrip("/") + path, content=body, headers=headers
-        )
         sent = time.monotonic()
         try:
-            response = await self.ctx.client.send(upstream, stream=True)
-        except httpx.HTTPError as exc:
+            response = await self.ctx.upstream.post(
+                route.endpoint.rstrip("/") + path, body, headers
+            )
+        except UpstreamError as exc:
             self.breakers.record(key, None)
             self._release(route)
             observe("error", 502, route.host_id, sha=route.artifact_sha256)
             return openai_error(
-                502,
-                f"upstream engine on {route.host_id} failed: {type(exc).__name__}",
-                "upstream_error",
+                502, f"upstream engine on {route.host_id} failed: {exc.kind}", "upstream_error"
             )
         except BaseException:
             self.breakers.record(key, CLIENT_GONE)
             self._release(route)
             raise
-        ok = response.status_code < 400
+        ok = response.status < 400
         if not stream or not ok:
             return await self._whole(route, response, sent, observe)
 
@@ -342,23 +341,23 @@ class Router:
         async def relay() -> AsyncIterator[bytes]:
             status: int | None = CLIENT_GONE
             try:
-                async for chunk in response.aiter_raw():
+                async for chunk in response.chunks():
                     parser.feed(chunk)
                     yield chunk
-                status = response.status_code
-            except httpx.HTTPError:
+                status = response.status
+            except UpstreamError:
                 status = None  # the engine broke the stream
                 raise
             finally:
-                await response.aclose()
+                await response.close()
                 parser.close()
                 self.breakers.record(key, status)
                 self._release(route)
-                if status == response.status_code:
+                if status == response.status:
                     self._attribute(route, time.monotonic() - sent, parser.completion_tokens)
                 observe(
-                    "ok" if status == response.status_code else "error",
-                    response.status_code,
+                    "ok" if status == response.status else "error",
+                    response.status,
                     route.host_id,
                     parser.completion_tokens or 0,
                     sha=route.artifact_sha256,
@@ -366,32 +365,32 @@ class Router:
 
         return StreamingResponse(
             relay(),
-            status_code=response.status_code,
-            media_type=response.headers.get("content-type", "text/event-stream"),
+            status_code=response.status,
+            media_type=response.content_type or "text/event-stream",
         )
 
     async def _whole(
         self,
         route: EngineRoute,
-        response: httpx.Response,
+        response: EngineResponse,
         sent: float,
         observe: Callable[..., None],
     ) -> Response:
         key = circuit_key(route)
         status: int | None = CLIENT_GONE
         try:
-            content = await response.aread()
-            status = response.status_code
-        except httpx.HTTPError:
+            content = await response.read()
+            status = response.status
+        except UpstreamError:
             status = None  # the engine broke the body
         finally:
-            await response.aclose()
+            await response.close()
             self.breakers.record(key, status)
             self._release(route)
         if status is None:
             observe("error", 502, route.host_id, sha=route.artifact_sha256)
             return openai_error(502, f"upstream engine on {route.host_id} failed", "upstream_error")
-        ok = response.status_code < 400
+        ok = response.status < 400
         tokens = None
         if ok:
             try:
@@ -399,23 +398,34 @@ class Router:
             except (json.JSONDecodeError, UnicodeDecodeError):
                 tokens = None
             self._attribute(route, time.monotonic() - sent, tokens)
-        observe(
+        # observed once the answer is written, so the telemetry worker's wake-up (a
+        # thread switch, a contended interpreter lock) never sits before the caller's bytes
+        observed = BackgroundTask(
+            _now,
+            observe,
             "ok" if ok else "error",
-            response.status_code,
+            response.status,
             route.host_id,
             tokens or 0,
             sha=route.artifact_sha256,
         )
         return Response(
             content,
-            status_code=response.status_code,
-            media_type=response.headers.get("content-type", "application/json"),
+            status_code=response.status,
+            media_type=response.content_type or "application/json",
+            background=observed,
         )
 
     def _attribute(self, route: EngineRoute, seconds: float, tokens: int | None) -> None:
         self.attribution.record(
             route.host_id, route.model_id, route.artifact_sha256, seconds, tokens
         )
+
+
+async def _now(call: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+    """``call`` on the loop (a plain function as a ``BackgroundTask`` runs on a worker
+    thread: a thread hand-off per request)."""
+    call(*args, **kwargs)
 
 
 def observation(

@@ -5,17 +5,22 @@ handful of bounded features (endpoint, modality, workload class, approximate
 units, service time, queue pressure, outcome, and a double-hashed session
 token when the caller sent an affinity key).
 
-Observation never delays or fails inference. ``emit`` only puts the record on
-a bounded queue; one worker thread hands it to the sinks in order. A sink that
-raises is counted and skipped, a sink that blocks only backs the queue up, and
-a full queue drops (and counts) the newest observation instead of waiting.
+Observation never delays or fails inference. ``emit`` only appends the record
+to a bounded buffer; one worker thread hands it to the sinks in order. A sink
+that raises is counted and skipped, a sink that blocks only backs the buffer up,
+and a full buffer drops (and counts) the newest observation instead of waiting.
+
+The worker wakes once per ``DRAIN_DELAY_SECONDS`` window, not once per request:
+a wake-up per request was a thread switch and a contended interpreter lock on
+every response the router sent, and sinks running while the serving loop
+writes the response. Observations reach the sinks at most that much later.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
+import time
 from collections.abc import Callable
 
 from gridctl.demand.intake import RequestObservation
@@ -25,6 +30,7 @@ __all__ = ["QUEUE_LIMIT", "RequestObservation", "Sink", "TelemetryTap"]
 log = logging.getLogger(__name__)
 
 QUEUE_LIMIT = 4096
+DRAIN_DELAY_SECONDS = 0.02
 
 
 Sink = Callable[[RequestObservation], None]
@@ -35,12 +41,15 @@ class TelemetryTap:
 
     def __init__(self, limit: int = QUEUE_LIMIT) -> None:
         self._sinks: list[Sink] = []
-        self._queue: queue.Queue[RequestObservation] = queue.Queue(maxsize=limit)
+        self._limit = limit
+        self._buffer: list[RequestObservation] = []
         self._lock = threading.Lock()
         self._worker: threading.Thread | None = None
         self._idle = threading.Condition(self._lock)
-        self._pending = 0
-        self.dropped = 0  # queue full
+        self._wake = threading.Condition(self._lock)
+        self._asleep = False  # the worker waits on ``_wake`` for the next observation
+        self._pending = 0  # emitted, not yet through every sink
+        self.dropped = 0  # buffer full
         self.failed = 0  # a sink raised
 
     def add(self, sink: Sink) -> None:
@@ -50,32 +59,38 @@ class TelemetryTap:
         if not self._sinks:
             return
         with self._lock:
-            self._ensure_worker()
-            try:
-                self._queue.put_nowait(observation)
-            except queue.Full:
+            if self._pending >= self._limit:
                 self.dropped += 1
                 return
+            self._buffer.append(observation)
             self._pending += 1
-
-    def _ensure_worker(self) -> None:
-        if self._worker is None or not self._worker.is_alive():
-            self._worker = threading.Thread(
-                target=self._drain_forever, name="gridctl-telemetry", daemon=True
-            )
-            self._worker.start()
+            if self._asleep:
+                self._asleep = False
+                self._wake.notify()
+            elif self._worker is None or not self._worker.is_alive():
+                self._worker = threading.Thread(
+                    target=self._drain_forever, name="gridctl-telemetry", daemon=True
+                )
+                self._worker.start()
 
     def _drain_forever(self) -> None:
         while True:
-            observation = self._queue.get()
-            for sink in list(self._sinks):
-                try:
-                    sink(observation)
-                except Exception:  # observation must never fail inference
-                    self.failed += 1
-                    log.debug("telemetry sink failed", exc_info=True)
             with self._lock:
-                self._pending -= 1
+                while not self._buffer:
+                    self._asleep = True
+                    self._wake.wait()
+            time.sleep(DRAIN_DELAY_SECONDS)  # gather the burst this observation began
+            with self._lock:
+                batch, self._buffer = self._buffer, []
+            for observation in batch:
+                for sink in list(self._sinks):
+                    try:
+                        sink(observation)
+                    except Exception:  # observation must never fail inference
+                        self.failed += 1
+                        log.debug("telemetry sink failed", exc_info=True)
+            with self._lock:
+                self._pending -= len(batch)
                 if self._pending == 0:
                     self._idle.notify_all()
 

@@ -1,8 +1,9 @@
-"""The router's connections to engines (``serving.engine_transport``) over real HTTPS.
+"""The controller's connections to engines over real HTTPS: the router's
+(``AiohttpUpstream``) and the prober's (``serving.engine_transport``).
 
-An engine child serves HTTPS with a certificate from the fleet CA; the router must
-refuse one it cannot verify, send the body and headers through unchanged, keep the
-connection for the next request, and take a trust bundle loaded into its context
+An engine child serves HTTPS with a certificate from the fleet CA; both must
+refuse one they cannot verify, send the body and headers through unchanged, keep the
+connection for the next request, and take a trust bundle loaded into their context
 later (a CA rotation) for new connections. The engine here is a stdlib HTTPS server
 on loopback that echoes what it received.
 """
@@ -24,6 +25,7 @@ import pytest
 
 from gridctl.controller.serving import engine_transport
 from gridctl.fleetca import FleetCA
+from gridctl.router.upstream import AiohttpUpstream, HttpxUpstream, Upstream, UpstreamError
 
 
 class Echo(BaseHTTPRequestHandler):
@@ -70,37 +72,46 @@ def https_engine(ca: FleetCA) -> Iterator[str]:
         server.server_close()
 
 
-async def post(client: httpx.AsyncClient, url: str, body: bytes) -> httpx.Response:
-    request = client.build_request(
-        "POST", url + "/v1/chat/completions", content=body, headers={"authorization": "Bearer k"}
-    )
-    response = await client.send(request, stream=True)
-    await response.aread()
-    await response.aclose()
-    return response
+def upstream(kind: str, verify: ssl.SSLContext) -> Upstream:
+    if kind == "router":
+        return AiohttpUpstream(verify)
+    return HttpxUpstream(httpx.AsyncClient(transport=engine_transport(verify), timeout=30))
 
 
+async def post(client: Upstream, url: str, body: bytes) -> tuple[int, dict[str, object]]:
+    response = await client.post(url + "/v1/chat/completions", body, {"authorization": "Bearer k"})
+    try:
+        return response.status, json.loads(await response.read())
+    finally:
+        await response.close()
+
+
+@pytest.mark.parametrize("kind", ["router", "prober"])
 def test_an_engine_the_fleet_ca_signed_is_verified_and_its_connection_kept(
-    tmp_path: Path,
+    tmp_path: Path, kind: str
 ) -> None:
     ca = fleet_ca(tmp_path / "ca")
     with https_engine(ca) as url:
         verify = ssl.create_default_context(cafile=str(ca.trust_bundle_path()))
 
-        async def run() -> list[dict[str, object]]:
-            async with httpx.AsyncClient(transport=engine_transport(verify), timeout=30) as c:
-                replies = [await post(c, url, b'{"n": %d}' % i) for i in range(3)]
-            assert all(r.status_code == 200 for r in replies)
-            return [r.json() for r in replies]
+        async def run() -> list[tuple[int, dict[str, object]]]:
+            client = upstream(kind, verify)
+            try:
+                return [await post(client, url, b'{"n": %d}' % i) for i in range(3)]
+            finally:
+                await client.aclose()
 
-        seen = asyncio.run(run())
+        replies = asyncio.run(run())
+    assert [status for status, _ in replies] == [200, 200, 200]
+    seen = [answer for _, answer in replies]
     assert [s["body"] for s in seen] == ['{"n": 0}', '{"n": 1}', '{"n": 2}']
     assert {s["authorization"] for s in seen} == {"Bearer k"}
     assert len({s["port"] for s in seen}) == 1  # one pooled connection served all three
 
 
+@pytest.mark.parametrize("kind", ["router", "prober"])
 def test_an_engine_signed_by_another_ca_is_refused_until_its_bundle_is_loaded(
-    tmp_path: Path,
+    tmp_path: Path, kind: str
 ) -> None:
     engine_ca = fleet_ca(tmp_path / "engine-ca")
     other_ca = fleet_ca(tmp_path / "other-ca")
@@ -108,12 +119,15 @@ def test_an_engine_signed_by_another_ca_is_refused_until_its_bundle_is_loaded(
         verify = ssl.create_default_context(cafile=str(other_ca.trust_bundle_path()))
 
         async def run() -> tuple[str, int]:
-            async with httpx.AsyncClient(transport=engine_transport(verify), timeout=30) as c:
-                with pytest.raises(httpx.HTTPError) as refused:
-                    await post(c, url, b"{}")
+            client = upstream(kind, verify)
+            try:
+                with pytest.raises(UpstreamError) as refused:
+                    await post(client, url, b"{}")
                 # a rotation loads the new bundle into the same context: new connections take it
                 verify.load_verify_locations(cafile=str(engine_ca.trust_bundle_path()))
-                return str(refused.value), (await post(c, url, b"{}")).status_code
+                return str(refused.value), (await post(client, url, b"{}"))[0]
+            finally:
+                await client.aclose()
 
         refusal, status = asyncio.run(run())
     assert "CERTIFICATE_VERIFY_FAILED" in refusal

@@ -18,7 +18,12 @@ from pathlib import Path
 import httpx
 import uvicorn
 
-from gridctl.controller.serving import ControllerService, ServiceOptions, TlsOptions
+from gridctl.controller.serving import (
+    ControllerService,
+    ServiceOptions,
+    TlsOptions,
+    server_config,
+)
 
 
 def free_port() -> int:
@@ -41,11 +46,10 @@ def tls_controller(state: Path, **options: object) -> Iterator[ControllerService
         )
     )
     cert, key = service.serving_certificate()
-    config = uvicorn.Config(
+    config = server_config(  # as ``ControllerService.run`` serves
         service.build_app(),
-        host="127.0.0.1",
-        port=port,
-        log_level="warning",
+        "127.0.0.1",
+        port,
         lifespan="on",
         ssl_certfile=str(cert),
         ssl_keyfile=str(key),

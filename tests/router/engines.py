@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import ssl
 import threading
 import time
 from collections import deque
@@ -28,6 +29,7 @@ from starlette.routing import Route
 from gridctl.controller.registry import Registry
 from gridctl.router.proxy import Router, RouterContext
 from gridctl.router.telemetry import TelemetryTap
+from gridctl.router.upstream import AiohttpUpstream, Upstream
 
 MODEL = "m"
 SHA = "ab" * 32
@@ -192,7 +194,7 @@ class RouterRig:
     registry: Registry
     clock: Clock
     tap: TelemetryTap
-    upstream: httpx.AsyncClient
+    upstream: Upstream
     router: Router
 
     @classmethod
@@ -205,7 +207,7 @@ class RouterRig:
         registry = Registry(route_lease_seconds=1e9)
         clock = Clock()
         tap = TelemetryTap()
-        upstream = httpx.AsyncClient(timeout=30)
+        upstream = AiohttpUpstream(ssl.create_default_context())  # as the controller's
         router = Router(
             RouterContext(
                 registry=registry,
@@ -213,7 +215,7 @@ class RouterRig:
                 is_configured=lambda model: model == MODEL,
                 unavailable_reason=lambda _m: "test",
                 tap=tap,
-                client=upstream,
+                upstream=upstream,
                 admission_wait_seconds=admission_wait,
                 endpoints_of=lambda model: endpoints if model == MODEL else None,
             )

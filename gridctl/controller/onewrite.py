@@ -1,0 +1,59 @@
+"""uvicorn's HTTP/1.1 protocol (httptools), sending each response in one write.
+
+uvicorn writes the status line and headers, then the body, as two socket
+writes: two system calls, two TCP segments, and a peer woken twice for every
+answer. On the proxy path those writes were the largest single cost left in the
+router's request handling (``benchmarks/router.py --fake``, py-spy). Here the
+writes a response makes within one event-loop step are joined and sent at the end
+of that step: a whole answer (headers and body, sent back to back) goes in one
+write, and a streamed one goes out chunk by chunk as before, never held past the
+step that produced it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+
+class _JoinedWrites:
+    """The transport as a response's writes see it: writes within one loop step are
+    joined and sent, in order, by a callback at the end of that step (so a pipelined
+    next response, started later, writes after it); closing sends what is held first."""
+
+    __slots__ = ("_held", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        if not data:
+            return
+        if not self._held:
+            self._loop.call_soon(self.flush)
+        self._held.append(data)
+
+    def flush(self) -> None:
+        held, self._held = self._held, []
+        if held and not self._transport.is_closing():
+            self._transport.write(held[0] if len(held) == 1 else b"".join(held))
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+
+class OneWriteHttpToolsProtocol(HttpToolsProtocol):
+    """``HttpToolsProtocol`` whose responses are sent with one write per loop step."""
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.transport is self.transport:
+            cycle.transport = _JoinedWrites(self.transport, self.loop)  # type: ignore[assignment]
