@@ -118,7 +118,7 @@ GLOSSARY: dict[str, tuple[type[StrEnum], dict[str, str]]] = {
     "Workload admission (AdmissionState)": (
         AdmissionState,
         {
-            "ready": "a chosen model is ready and serves the workload",
+            "ready": "a model for the workload is ready and serves it, even below the gate",
             "starting": "a replica is loading or warming",
             "planned": "a replica is planned but not started",
             "undersupplied": "fewer replicas than the workload's demand needs",
