@@ -8,6 +8,7 @@ trust bundle (or, for the controller's clients, an operator-supplied CA file).
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import socket
 import ssl
@@ -35,6 +36,7 @@ def url_host(url: str) -> str:
     return (urlparse(url).hostname or "").strip("[]")
 
 
+@functools.lru_cache(maxsize=4096)  # asked per proxied request, of a fleet's few endpoints
 def is_plain_off_loopback(url: str) -> bool:
     parsed = urlparse(url)
     return parsed.scheme != "https" and not is_loopback(parsed.hostname or "")
