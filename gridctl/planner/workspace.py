@@ -118,6 +118,7 @@ class Workspace:
         self.classes: HostClasses | None = None  # built by the first class search
         self.alike_groups = fleet.alike_groups
         self._resident: dict[str, list[str]] | None = None
+        self._occupied: frozenset[str] | None = None
         self.warm_back: dict[str, float] = {}  # model -> fastest learned restore path
 
     def build_scarcity(self) -> None:
@@ -231,6 +232,12 @@ class Workspace:
                     if resident in self._resident:
                         self._resident[resident].append(host_id)
         return self._resident[model_id]
+
+    def occupied_hosts(self) -> frozenset[str]:
+        """Hosts with any live residency (work a repack could move)."""
+        if self._occupied is None:
+            self._occupied = frozenset(h for h, view in self.views.items() if view.live)
+        return self._occupied
 
     def ordered_hosts(self, model_id: str) -> tuple[str, ...]:
         """Eligible hosts of a model, best static score first, then host id."""
