@@ -36,9 +36,10 @@ from gridctl.planner.rejections import Rejection, RejectionCode
 from gridctl.planner.scoring import DYNAMIC_MAX, score_with_dynamic
 from gridctl.planner.selection import (
     BEST_FIT_BOUND,
+    BREAK,
+    REJECTED,
     Choice,
     Search,
-    Verdict,
     book_rejection,
     visit,
 )
@@ -475,15 +476,15 @@ def choose_by_class(
                 # past the class's own pruning (``quick`` is exactly the score the member
                 # would have): the host-by-host pruning would let it through too
                 verdict = visit(search, host_id, best is not None and quick is not None)
-                if verdict is Verdict.REJECTED and search.rejection is not None:
+                if verdict is REJECTED and search.rejection is not None:
                     rejected[(class_id, domain)] = search.rejection
                     if filters is not None and search.rejection.code in DYNAMIC_CODES:
                         classes.rejections[filters] = search.rejection
             else:
                 verdict = book_rejection(search, host_id, known)
-        if verdict is Verdict.BREAK:
+        if verdict is BREAK:
             break
-        if class_id is not None and verdict is Verdict.REJECTED:
+        if class_id is not None and verdict is REJECTED:
             if domain is None:
                 at = _next_member(members, at + 1, special, used, domain_of)
             else:

@@ -96,6 +96,7 @@ REPACK_HOSTS = 8  # occupied hosts examined per pass, best static score first
 # Replacement searches one plan may spend on starting new repacks (keeping repacks in
 # progress is never limited); further opportunities wait for a later plan.
 REPACK_SEARCHES_PER_PLAN = 64
+_REPACKED_CLASSES = frozenset({DemandClass.BASELINE, DemandClass.DIRECT})
 _RELEASING = frozenset({ResidencyState.DRAINING, ResidencyState.UNLOADING, ResidencyState.FAILED})
 _STARTUP_PARTS = frozenset({"existing_residency", "cached_weights", "cold_start"})
 _RELEASE_CODES = frozenset(
@@ -199,7 +200,7 @@ def stage_proactive_repack(
     rejected = ws.dead.get(model_id)
     if not rejected or ws.occupied_hosts().isdisjoint(rejected):
         return False
-    if demand_class not in (DemandClass.BASELINE, DemandClass.DIRECT):
+    if demand_class not in _REPACKED_CLASSES:
         return False
     if ws.evictions_left() <= 0:
         return False

@@ -170,7 +170,7 @@ def candidate_for(ws: Workspace, model_id: str, host_id: str) -> Candidate | Rej
     view = ws.views[host_id]
     ledger = ws.ledgers[host_id]
     if model_id in ledger.assigned or model_id in ledger.reserved:
-        return Rejection(RejectionCode.ALREADY_ASSIGNED, "a replica is already planned here")
+        return Rejection(_ALREADY_ASSIGNED, "a replica is already planned here")
     if (host_id, model_id) in ws.preemptions:
         return Rejection(RejectionCode.MODEL_RESIDENT, "its copy here is staged out")
     incumbent = ws.incumbent(model_id, host_id)
@@ -277,6 +277,17 @@ class Verdict(Enum):
     FEASIBLE = "feasible"  # it passed every filter (and is the best so far if it beat it)
 
 
+# The verdicts as module names for the search loops, which meet one per host visited:
+# on Python 3.11 reading a member through its Enum class runs ``EnumType.__getattr__``
+# (about 900 instructions a read, measured), a module global a few dozen.
+BREAK = Verdict.BREAK
+DEAD = Verdict.DEAD
+SKIPPED = Verdict.SKIPPED
+REJECTED = Verdict.REJECTED
+FEASIBLE = Verdict.FEASIBLE
+_ALREADY_ASSIGNED = RejectionCode.ALREADY_ASSIGNED  # (read the same way, per rejection)
+
+
 @dataclass(slots=True)
 class Search:
     """One search for the best host of one more replica of one model."""
@@ -304,18 +315,18 @@ def visit(search: Search, host_id: str, pruned: bool = False) -> Verdict:
     best = search.best
     if dead is not None and host_id in dead:
         search.codes.add(dead[host_id])
-        return Verdict.DEAD
+        return DEAD
     if best is not None and not pruned:
         _, bound = ws.static_score(model_id, host_id)
         if bound + DYNAMIC_MAX < best.score:
-            return Verdict.BREAK  # hosts are ranked by static score: no later host can win
+            return BREAK  # hosts are ranked by static score: no later host can win
         if ws.views[host_id].domain in ws.domains[model_id] and bound + BEST_FIT_BOUND < best.score:
-            return Verdict.SKIPPED  # without a new failure domain it cannot win
+            return SKIPPED  # without a new failure domain it cannot win
         quick = new_placement_score(ws, model_id, host_id)
         if quick is not None and (
             quick < best.score or (quick == best.score and host_id > best.view.host_id)
         ):
-            return Verdict.SKIPPED  # it cannot win even if feasible: a better host was found first
+            return SKIPPED  # it cannot win even if feasible: a better host was found first
     shaped = candidate_for(ws, model_id, host_id)
     if isinstance(shaped, Rejection):
         rejection: Rejection | None = shaped
@@ -329,7 +340,7 @@ def visit(search: Search, host_id: str, pruned: bool = False) -> Verdict:
         if not (pruned and shaped.incumbent is None):
             value = score_value(ws, shaped)
             if value < best.score or (value == best.score and host_id > best.view.host_id):
-                return Verdict.SKIPPED
+                return SKIPPED
         shaped.relax_domains = search.relax_domains
         rejection = first_rejection(ws, shaped)
         if rejection is None:
@@ -342,19 +353,19 @@ def visit(search: Search, host_id: str, pruned: bool = False) -> Verdict:
         search.best = shaped
     elif shaped.score == best.score and host_id < best.view.host_id:
         search.best = shaped  # ties go to the smaller host id, never to input order
-    return Verdict.FEASIBLE
+    return FEASIBLE
 
 
 def book_rejection(search: Search, host_id: str, rejection: Rejection) -> Verdict:
     """Note a filter's rejection of one host: its code, explanation and dead mark."""
     search.rejection = rejection
     search.codes.add(rejection.code)
-    if rejection.code is not RejectionCode.ALREADY_ASSIGNED:
+    if rejection.code is not _ALREADY_ASSIGNED:
         # a host holding a replica keeps the explanation that chose it
         search.ws.explain.reject(search.model_id, host_id, rejection)
     if search.dead is not None and rejection.code in MONOTONE_CODES:
         search.dead[host_id] = rejection.code
-    return Verdict.REJECTED
+    return REJECTED
 
 
 def choose_host(
@@ -421,7 +432,7 @@ def choose_host(
                     quick = round6(value)
                     if quick < top or (quick == top and host_id > best.view.host_id):
                         continue  # it cannot win even if feasible
-        if visit(search, host_id, pruned) is Verdict.BREAK:
+        if visit(search, host_id, pruned) is BREAK:
             break
     return search.choice()
 
