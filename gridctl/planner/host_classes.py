@@ -458,7 +458,7 @@ def choose_by_class(
                 else:
                     quick = quick_of[kind] = quick_score(model_id, class_id, host_id, kind[1])
                 if quick is not None and (
-                    quick < best.score or (quick == best.score and host_id > best.view.host_id)
+                    quick < best.score or (quick == best.score and host_id > best.host_id)
                 ):
                     heapq.heappop(queue)  # nor can any later member of this stream
                     continue

@@ -32,6 +32,7 @@ class HostLedger:
         "desired_mb",
         "desired_models",
         "disk_mb",
+        "host_id",
         "journal",
         "new_mb",
         "new_models",
@@ -41,6 +42,7 @@ class HostLedger:
 
     def __init__(self, view: HostView, journal: set[str] | None = None) -> None:
         self.view = view
+        self.host_id = view.host_id  # (every change notes it in the journal)
         self.journal: set[str] = set() if journal is None else journal
         self.new_mb = 0
         self.disk_mb = 0
@@ -75,14 +77,14 @@ class HostLedger:
     # -- changes -----------------------------------------------------------
     def keep_existing(self, model_id: str, memory_mb: int, charged: bool) -> None:
         """Keep a live residency; ``charged`` is False when its memory is already fixed."""
-        self.journal.add(self.view.host_id)
+        self.journal.add(self.host_id)
         self.assigned.add(model_id)
         self.desired_models.add(model_id)
         if charged:
             self.desired_mb += memory_mb
 
     def drop_existing(self, model_id: str, memory_mb: int, charged: bool) -> None:
-        self.journal.add(self.view.host_id)
+        self.journal.add(self.host_id)
         self.assigned.discard(model_id)
         if model_id not in self.view.fixed_models:
             self.desired_models.discard(model_id)
@@ -90,7 +92,7 @@ class HostLedger:
             self.desired_mb -= memory_mb
 
     def add_new(self, model_id: str, memory_mb: int, disk_mb: int) -> None:
-        self.journal.add(self.view.host_id)
+        self.journal.add(self.host_id)
         self.assigned.add(model_id)
         self.desired_models.add(model_id)
         self.new_models.add(model_id)
@@ -99,7 +101,7 @@ class HostLedger:
         self.disk_mb += disk_mb
 
     def remove_new(self, model_id: str, memory_mb: int, disk_mb: int) -> None:
-        self.journal.add(self.view.host_id)
+        self.journal.add(self.host_id)
         self.assigned.discard(model_id)
         self.desired_models.discard(model_id)
         self.new_models.discard(model_id)
@@ -109,7 +111,7 @@ class HostLedger:
 
     def reserve(self, model_id: str, memory_mb: int) -> None:
         """Hold desired capacity and a slot for a staged preemption's beneficiary."""
-        self.journal.add(self.view.host_id)
+        self.journal.add(self.host_id)
         self.reserved.add(model_id)
         self.desired_models.add(model_id)
         self.desired_mb += memory_mb

@@ -90,7 +90,7 @@ def _fits_without(ws: Workspace, c: Candidate, gone: list[LiveResidency]) -> boo
     names = {v.model_id for v in gone}
     # a kept model is charged once (its assignment), however many of its rows go
     kept = ws.assignments
-    host_id = c.view.host_id
+    host_id = c.host_id
     seeded = sum(kept[m][host_id].memory_mb for m in names if m in ledger.assigned)
     if c.memory_mb > ledger.desired_free_mb + seeded:
         return False

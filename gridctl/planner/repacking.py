@@ -322,7 +322,7 @@ def _attempt(
     The gain is checked before any replacement is searched; every incumbent still
     desired here then needs a replacement host, or the host is given up.
     """
-    host_id = shaped.view.host_id
+    host_id = shaped.host_id
     ledger = shaped.ledger
     gone: list[LiveResidency] = []
     for row in pool:
@@ -375,7 +375,7 @@ def _attempt(
             ws, choice, kept.demand_class, f"moved off {host_id} for {model_id}"
         )
         delay = max(delay, _startup_seconds(ws, choice))
-        replacement_parts, _ = ws.static_score(row.model_id, choice.view.host_id)
+        replacement_parts, _ = ws.static_score(row.model_id, choice.host_id)
         loss += _steady(_as_new_parts(ws, row.model_id, host_id)) - _steady(replacement_parts)
     own = _new_startup_seconds(ws, model_id, host_id)
     penalty = cold_start_points(own + delay) - cold_start_points(own)
@@ -390,7 +390,7 @@ def _attempt(
 def _stage(ws: Workspace, model_id: str, free: Candidate, found: _Repack) -> None:
     host_id = found.host_id
     ledger = found.shaped.ledger
-    gain = f"{found.net:.1f} points over {free.view.host_id}"
+    gain = f"{found.net:.1f} points over {free.host_id}"
     for row in found.gone:
         if row.model_id in ledger.assigned:
             kept = ws.remove_assignment(row.model_id, host_id)
@@ -424,7 +424,7 @@ def _startup_seconds(ws: Workspace, candidate: Candidate) -> float:
     """Seconds until a chosen replacement serves: ready now, warming, or load plus warm."""
     incumbent = candidate.incumbent
     if incumbent is None:
-        return _new_startup_seconds(ws, candidate.profile.name, candidate.view.host_id)
+        return _new_startup_seconds(ws, candidate.profile.name, candidate.host_id)
     if incumbent.residency.state is ResidencyState.READY:
         return 0.0
     # already warming: it does not pay the artifact-load phase again

@@ -160,9 +160,13 @@ def place_pins(ws: Workspace) -> None:
 
 def place_rounds(ws: Workspace) -> None:
     """Priority classes high to low; baseline, direct, inferred; one replica per round."""
-    priorities = sorted({ws.priority(m) for m in ws.model_ids}, reverse=True)
-    for priority in priorities:
-        models = [m for m in ws.model_ids if ws.priority(m) == priority and not ws.profiles[m].pins]
+    by_priority: dict[int, list[str]] = {}  # unpinned models, in ``model_ids`` order
+    for model_id in ws.model_ids:
+        profile = ws.profiles[model_id]
+        if not profile.pins:
+            by_priority.setdefault(profile.priority, []).append(model_id)
+    for priority in sorted(by_priority, reverse=True):
+        models = by_priority[priority]
         progress = {m: ws.placed(m) for m in models}
         keys = {m: round_key(ws, m) for m in models}  # fixed while the rounds run
         stopped: set[str] = set()

@@ -41,6 +41,7 @@ class Candidate:
     """One host being considered for one more replica of one model."""
 
     profile: ModelProfile
+    host_id: str  # ``view.host_id``, which the search compares often (a property call)
     view: HostView
     ledger: HostLedger
     runtime: str
@@ -79,8 +80,8 @@ def model_slots(c: Candidate, ws: Workspace) -> Rejection | None:
 def colocation(c: Candidate, ws: Workspace) -> Rejection | None:
     """Reciprocal ceilings and excludes against every live or planned peer."""
     name = c.profile.name
-    if c.incumbent is None and c.view.host_id in ws.live_violations:
-        detail = ws.live_violations[c.view.host_id]
+    if c.incumbent is None and c.host_id in ws.live_violations:
+        detail = ws.live_violations[c.host_id]
         return Rejection(RejectionCode.COLOCATION_EXCLUDE, f"host must converge first: {detail}")
     members = c.ledger.desired_models if c.incumbent else c.ledger.members()
     excluded = ws.exclusions.get(name)
@@ -176,7 +177,7 @@ def candidate_for(ws: Workspace, model_id: str, host_id: str) -> Candidate | Rej
     incumbent = ws.incumbent(model_id, host_id)
     if incumbent is not None:
         runtime = residency_runtime_label(profile, incumbent.residency, view.host)
-        return Candidate(profile, view, ledger, runtime, incumbent.memory_mb, incumbent, 0)
+        return Candidate(profile, host_id, view, ledger, runtime, incumbent.memory_mb, incumbent, 0)
     if view.residencies_of(model_id):
         if ws.stale_resident(model_id, host_id):
             return Rejection(
@@ -188,7 +189,7 @@ def candidate_for(ws: Workspace, model_id: str, host_id: str) -> Candidate | Rej
         return Rejection(RejectionCode.RUNTIME, "no compatible runtime")
     runtime, memory = choice
     disk = 0 if view.has_exact_artifact(profile) else (profile.artifact.size_mb or 0)
-    return Candidate(profile, view, ledger, runtime, memory, None, disk)
+    return Candidate(profile, host_id, view, ledger, runtime, memory, None, disk)
 
 
 def evaluate(ws: Workspace, candidate: Candidate) -> Rejection | None:
@@ -210,7 +211,7 @@ def first_rejection(ws: Workspace, candidate: Candidate) -> Rejection | None:
 def score(ws: Workspace, candidate: Candidate) -> None:
     """The named components and score the candidate has if it passes every filter."""
     name = candidate.profile.name
-    host_id = candidate.view.host_id
+    host_id = candidate.host_id
     new_domain, free_after, capacity = _dynamic_facts(ws, candidate)
     static_parts, _ = ws.static_score(name, host_id)
     dynamic = dynamic_components(new_domain, free_after, capacity)
@@ -225,7 +226,7 @@ def score(ws: Workspace, candidate: Candidate) -> None:
 def score_value(ws: Workspace, candidate: Candidate) -> float:
     """The score ``score`` gives the candidate, without naming its components."""
     new_domain, free_after, capacity = _dynamic_facts(ws, candidate)
-    static = ws.static_sum(candidate.profile.name, candidate.view.host_id)
+    static = ws.static_sum(candidate.profile.name, candidate.host_id)
     return score_with_dynamic(static, new_domain, free_after, capacity)
 
 
@@ -320,11 +321,11 @@ def visit(search: Search, host_id: str, pruned: bool = False) -> Verdict:
         _, bound = ws.static_score(model_id, host_id)
         if bound + DYNAMIC_MAX < best.score:
             return BREAK  # hosts are ranked by static score: no later host can win
-        if ws.views[host_id].domain in ws.domains[model_id] and bound + BEST_FIT_BOUND < best.score:
+        if ws.domain_of[host_id] in ws.domains[model_id] and bound + BEST_FIT_BOUND < best.score:
             return SKIPPED  # without a new failure domain it cannot win
         quick = new_placement_score(ws, model_id, host_id)
         if quick is not None and (
-            quick < best.score or (quick == best.score and host_id > best.view.host_id)
+            quick < best.score or (quick == best.score and host_id > best.host_id)
         ):
             return SKIPPED  # it cannot win even if feasible: a better host was found first
     shaped = candidate_for(ws, model_id, host_id)
@@ -339,7 +340,7 @@ def visit(search: Search, host_id: str, pruned: bool = False) -> Verdict:
         # caller's pruning already compared a new placement's exact score
         if not (pruned and shaped.incumbent is None):
             value = score_value(ws, shaped)
-            if value < best.score or (value == best.score and host_id > best.view.host_id):
+            if value < best.score or (value == best.score and host_id > best.host_id):
                 return SKIPPED
         shaped.relax_domains = search.relax_domains
         rejection = first_rejection(ws, shaped)
@@ -351,7 +352,7 @@ def visit(search: Search, host_id: str, pruned: bool = False) -> Verdict:
     ws.explain.score(model_id, host_id, shaped.components, shaped.score)
     if best is None or shaped.score > best.score:
         search.best = shaped
-    elif shaped.score == best.score and host_id < best.view.host_id:
+    elif shaped.score == best.score and host_id < best.host_id:
         search.best = shaped  # ties go to the smaller host id, never to input order
     return FEASIBLE
 
@@ -430,7 +431,7 @@ def choose_host(
                             tightness = 1.0
                         value += round6(BEST_FIT * tightness)
                     quick = round6(value)
-                    if quick < top or (quick == top and host_id > best.view.host_id):
+                    if quick < top or (quick == top and host_id > best.host_id):
                         continue  # it cannot win even if feasible
         if visit(search, host_id, pruned) is BREAK:
             break
@@ -458,7 +459,7 @@ def commit(
         candidate.ledger.add_new(name, candidate.memory_mb, candidate.disk_mb)
     assignment = Assignment(
         model_id=name,
-        host_id=candidate.view.host_id,
+        host_id=candidate.host_id,
         runtime=candidate.runtime,
         memory_mb=candidate.memory_mb,
         reason=reason,

@@ -329,7 +329,7 @@ class Workspace:
     # -- books ---------------------------------------------------------------
     def record_assignment(self, assignment: Assignment) -> None:
         self.assignments[assignment.model_id][assignment.host_id] = assignment
-        domain = self.views[assignment.host_id].domain
+        domain = self.domain_of[assignment.host_id]
         used = self.domains[assignment.model_id]
         used[domain] = used.get(domain, 0) + 1
         self.explain.choose(assignment.model_id, assignment.host_id)
@@ -337,7 +337,7 @@ class Workspace:
     def remove_assignment(self, model_id: str, host_id: str) -> Assignment:
         self.releases += 1  # capacity may have come free: searches that failed may not now
         assignment = self.assignments[model_id].pop(host_id)
-        domain = self.views[host_id].domain
+        domain = self.domain_of[host_id]
         used = self.domains[model_id]
         used[domain] -= 1
         if not used[domain]:
