@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import socket
 import ssl
 import statistics
@@ -43,7 +44,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -244,8 +245,14 @@ def serve_router(port: int, engine: str, key: str) -> None:
     # each route behind the router-key and evaluation-marker guard, as the controller's
     # (an open router: no key required, the operator capability never presented)
     routes = [guard_router_route(r, lambda _request: (None, None)) for r in router.routes()]
-    app = Starlette(routes=routes)
-    uvicorn.Server(server_config(app, "127.0.0.1", port)).run()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        yield
+        await upstream.aclose()  # as the controller's lifespan closes it
+
+    app = Starlette(routes=routes, lifespan=lifespan)
+    uvicorn.Server(server_config(app, "127.0.0.1", port, lifespan="on")).run()
 
 
 BODY = {
@@ -351,6 +358,8 @@ def main() -> None:
     )
     parser.add_argument("--serve-fake", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    # a terminated run (a timeout) still stops the engine and router it started
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))
     if args.serve_router:
         serve_router(int(args.serve_router[0]), args.serve_router[1], args.serve_router[2])
         return
