@@ -143,7 +143,9 @@ def build_host_view(
     """The host's view. ``shapes`` (one dict per fleet) shares equal eligibility shapes
     between hosts: a shape is only ever compared, so an equal value serves as well."""
     res = host.resources
-    raw = max(0, int(res.capacity_mb * res.thermal_derate) - res.reserved_mb)
+    raw = int(res.capacity_mb * res.thermal_derate) - res.reserved_mb
+    if not raw > 0:
+        raw = 0  # max(0, raw), without the builtin's ~1,300-instruction call (per host)
     throttled = host.state is HostState.THROTTLED
     new_capacity = int(raw * res.throttle_fraction) if throttled else raw
     key = (
