@@ -24,6 +24,7 @@ from gridctl.planner.canonical import InputTexts, input_digest
 from gridctl.planner.explaining import StaticRows
 from gridctl.planner.fleet_index import SharedIndexes
 from gridctl.planner.rounds import place_pins, place_rounds
+from gridctl.planner.scoring import forget_roundings
 from gridctl.planner.seeding import seed_incumbents
 from gridctl.planner.startup_paths import start_seconds
 from gridctl.planner.targets import FleetFacts, replica_target
@@ -50,6 +51,7 @@ def plan_placement(
     indexes of the same profiles, hosts, instant and policy (the plan is too).
     """
     policy = policy or ControllerPolicy()
+    forget_roundings()
     digest = input_digest(profiles, snapshot, policy, texts)
     ws = Workspace(profiles, snapshot, policy, by_class, indexes)
     set_targets(ws)

@@ -46,9 +46,16 @@ Components = tuple[tuple[str, float], ...]
 # ``round(x, 6)`` is a decimal conversion (about 3,400 instructions); a plan rounds the
 # same few values again and again (a cold 64x32 plan over 500 times), so roundings are
 # kept, keyed by the float itself: exact, as only non-zero floats are kept (zeros of
-# either sign and ints compare equal to other keys). Cleared when full: bounded.
+# either sign and ints compare equal to other keys). Bounded (cleared when full) and
+# cleared at the start of every plan (``forget_roundings``), so no plan is faster for
+# the plans before it.
 _ROUNDED: dict[float, float] = {}
 _ROUNDED_MAX = 1 << 14
+
+
+def forget_roundings() -> None:
+    """Start a plan with no roundings kept: its cost is its own work, whatever ran before."""
+    _ROUNDED.clear()
 
 
 def round6(value: float) -> float:
