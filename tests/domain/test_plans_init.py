@@ -22,33 +22,25 @@ def test_init_takes_exactly_the_fields_in_order_with_their_defaults() -> None:
         assert parameter.default == expected, field.name
 
 
+FIELDS: dict[str, object] = {
+    "model_id": "m",
+    "host_id": "h",
+    "runtime": "llama.cpp",
+    "memory_mb": 512,
+    "reason": "baseline replica 1 of 1",
+    "demand_class": DemandClass.BASELINE,
+    "priority": 3,
+    "existing": True,
+}
+
+
 def _one(**changes: object) -> Assignment:
-    values: dict[str, object] = {
-        "model_id": "m",
-        "host_id": "h",
-        "runtime": "llama.cpp",
-        "memory_mb": 512,
-        "reason": "baseline replica 1 of 1",
-        "demand_class": DemandClass.BASELINE,
-        "priority": 3,
-        "existing": True,
-    }
-    values.update(changes)
-    return Assignment(**values)  # type: ignore[arg-type]
+    return Assignment(**{**FIELDS, **changes})  # type: ignore[arg-type]
 
 
 def test_every_field_is_set_and_the_instance_stays_frozen() -> None:
     a = _one()
-    assert dataclasses.asdict(a) == {
-        "model_id": "m",
-        "host_id": "h",
-        "runtime": "llama.cpp",
-        "memory_mb": 512,
-        "reason": "baseline replica 1 of 1",
-        "demand_class": DemandClass.BASELINE,
-        "priority": 3,
-        "existing": True,
-    }
+    assert dataclasses.asdict(a) == FIELDS
     assert Assignment("m", "h", "r", 1, "x", DemandClass.DIRECT, 0).existing is False
     with pytest.raises(dataclasses.FrozenInstanceError):
         a.memory_mb = 1  # type: ignore[misc]
