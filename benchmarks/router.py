@@ -12,7 +12,10 @@ measures the added latency without contention as well: one client alternates
 direct and routed requests one by one (``--pairs`` of them, 300 by default: the
 engine's own latency spreads by tens of ms), so a drift in the engine's latency
 (prompt cache, other processes on the cores) falls on both paths alike; it prints
-both p50s and the distribution of the paired differences.
+both p50s and the distribution of the paired differences. llama-server reports the
+prompt and generation time of each answer (``timings``), so the pass also prints each
+path's p50 latency outside that compute: the engine's spread cancels out of it, and
+the difference is what the router's hop adds.
 
 It also prints CPU per request: the process CPU time (user + system, from
 psutil) the router and llama-server each spent during the routed 8-client
@@ -297,11 +300,15 @@ def load(server: Server, clients: int, per_client: int) -> tuple[list[float], fl
     return latencies, wall
 
 
-def alternate(engine: Server, router: Server, pairs: int) -> tuple[list[float], list[float]]:
+def alternate(
+    engine: Server, router: Server, pairs: int
+) -> tuple[list[float], list[float], dict[str, list[float]]]:
     """One client sending ``pairs`` requests to each path, alternating request by request
     (and which path goes first in each pair), so both samples span the same moments and
-    a drift in the engine's own latency falls on both alike; latencies per path, in pairs."""
+    a drift in the engine's own latency falls on both alike; latencies per path, in pairs,
+    and per path the latency outside the engine's own compute (``outside_engine``)."""
     latencies: dict[str, list[float]] = {"direct": [], "router": []}
+    outside: dict[str, list[float]] = {"direct": [], "router": []}
     with (
         httpx.Client(base_url=engine.url, headers=headers(engine), timeout=60) as to_engine,
         httpx.Client(base_url=router.url, headers=headers(router), timeout=60) as to_router,
@@ -311,10 +318,28 @@ def alternate(engine: Server, router: Server, pairs: int) -> tuple[list[float], 
             for name, client in clients if i % 2 == 0 else clients[::-1]:
                 started = time.perf_counter()
                 reply = client.post("/v1/chat/completions", json=BODY)
-                latencies[name].append(time.perf_counter() - started)
+                elapsed = time.perf_counter() - started
+                latencies[name].append(elapsed)
                 if reply.status_code != 200:
                     raise RuntimeError(f"{name}: {reply.status_code}: {reply.text[:200]}")
-    return latencies["direct"], latencies["router"]
+                spent = outside_engine(reply, elapsed)
+                if spent is not None:
+                    outside[name].append(spent)
+    return latencies["direct"], latencies["router"], outside
+
+
+def outside_engine(reply: httpx.Response, elapsed: float) -> float | None:
+    """The request's latency less the prompt and generation time llama-server reports in
+    the answer's ``timings``: HTTP, parsing, slot handling and the router's hop, without
+    the engine's compute and its spread; None when the answer carries no timings."""
+    timings = reply.json().get("timings")
+    if not isinstance(timings, dict):
+        return None
+    try:
+        compute_ms = float(timings["prompt_ms"]) + float(timings["predicted_ms"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return elapsed - compute_ms / 1000.0
 
 
 def pct(values: list[float], q: float) -> float:
@@ -374,8 +399,16 @@ def main() -> None:
         print(f"upstream: {name}; {args.max_tokens}-token completions")
         for server in (engine, router):  # warm both paths (connections, prompt cache)
             load(server, CLIENTS, 3)
-        direct, routed_one = alternate(engine, router, args.pairs)
+        direct, routed_one, outside = alternate(engine, router, args.pairs)
         report("1 client ", direct, routed_one)
+        if outside["direct"] and outside["router"]:
+            d50 = statistics.median(outside["direct"]) * 1000
+            r50 = statistics.median(outside["router"]) * 1000
+            print(
+                f"1 client : outside the engine's own compute (latency - timings.prompt_ms"
+                f" - timings.predicted_ms), p50: direct {d50:.2f} ms | router {r50:.2f} ms"
+                f" | added {r50 - d50:+.2f} ms"
+            )
         paired = sorted(1000 * (r - d) for d, r in zip(direct, routed_one, strict=True))
         print(
             f"1 client : paired differences (router - direct) over {len(paired)} pairs, ms: "
