@@ -419,7 +419,9 @@ def run_stop(args: argparse.Namespace) -> int:
                 if stop_proven(residency.identity, grace=10.0):
                     print(f"stopped {residency.model_id} child pid {residency.pid}")
                 else:
+                    # never signal what cannot be proven ours, and never call that stopped
                     print(f"left pid {residency.pid} alone: identity not proven")
+                    code = 1
         finally:
             store.close()
     print("node stopped" if code == 0 else "node stop incomplete")

@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import logging
 import ssl
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -49,6 +48,7 @@ from gridctl.node.protection import multiplier
 from gridctl.node.records import ResidencyRecord
 from gridctl.node.reports import HostFacts, ResourceSample
 from gridctl.node.sampling import sample_resources
+from gridctl.node.stoprequest import Stoppable
 from gridctl.transport import InsecureTransport, require_safe_url
 
 log = logging.getLogger("gridctl.node")
@@ -357,7 +357,7 @@ class NodeAgent:
         if self.executor.idle and not self.stopping:
             self.heartbeat(request_commands=True)
 
-    def run(self, stop: threading.Event) -> None:
+    def run(self, stop: Stoppable) -> None:
         """Cycle until ``stop`` is set; errors are logged and retried with backoff."""
         backoff = 0.0
         while not stop.is_set():
@@ -378,7 +378,7 @@ class NodeAgent:
             self._publish_status()
             self._wait(stop, wait)
 
-    def _wait(self, stop: threading.Event, seconds: float) -> None:
+    def _wait(self, stop: Stoppable, seconds: float) -> None:
         """Sleep until the next cycle, waking early when an action finishes or on stop."""
         deadline = self.monotonic() + seconds
         was_idle = self.executor.idle

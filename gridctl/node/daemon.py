@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -55,6 +54,7 @@ from gridctl.node.runtimes.llamacpp import (
 )
 from gridctl.node.sensors import read_sensors
 from gridctl.node.statestore import NodeStateStore
+from gridctl.node.stoprequest import StopRequest
 from gridctl.wallclock import wall_clock
 
 log = logging.getLogger("gridctl.node")
@@ -313,11 +313,11 @@ def run_daemon(config: NodeConfig, *, instance_id: str) -> int:
         if interrupted:
             log.warning("%d interrupted action(s) marked failed", interrupted)
         write_daemon_record(config.state_dir, instance_id)
-        stop = threading.Event()
+        # set from the signal handler: it must not take a lock (``stoprequest``)
+        stop = StopRequest()
 
         def on_signal(signum: int, _frame: FrameType | None) -> None:
-            log.info("signal %d: stopping", signum)
-            stop.set()
+            stop.set(signum)
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
@@ -328,6 +328,7 @@ def run_daemon(config: NodeConfig, *, instance_id: str) -> int:
         log.info("node %s started (instance %s)", config.host_id, instance_id)
         try:
             parts.agent.run(stop)
+            log.info("signal %s: stopping", stop.signum)
         finally:
             if mirror is not None:
                 mirror.stop()

@@ -111,3 +111,42 @@ def test_stop_never_signals_a_pid_whose_birth_time_does_not_match(
     finally:
         bystander.kill()
         bystander.wait()
+
+
+def test_stop_reports_incomplete_when_a_recorded_child_cannot_be_proven(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No daemon runs; the store names a child whose PID now belongs to someone else:
+    the process is left alone and the stop is reported incomplete, exit 1."""
+    import subprocess
+    import sys
+
+    from gridctl.domain import ResidencyState
+    from gridctl.node.processes import observe_identity
+    from gridctl.node.records import ProcessIdentity, ResidencyRecord
+
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        seen = observe_identity(bystander.pid)
+        assert seen is not None
+        reused = ProcessIdentity(
+            pid=seen.pid,
+            create_time=seen.create_time - 3600.0,  # the recorded child was born elsewhen
+            executable=seen.executable,
+            cmdline=seen.cmdline,
+        )
+        store = NodeStateStore(tmp_path / "node.sqlite3")
+        store.put_residency(
+            ResidencyRecord(
+                model_id="m", state=ResidencyState.READY, port=25000, pid=seen.pid, identity=reused
+            )
+        )
+        store.close()
+        assert main(["node", "stop", "--state-dir", str(tmp_path)]) == 1
+        out = capsys.readouterr().out
+        assert f"left pid {seen.pid} alone: identity not proven" in out
+        assert "node stop incomplete" in out
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
