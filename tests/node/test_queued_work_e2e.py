@@ -110,6 +110,15 @@ def _ask(port: int, key: str, answers: list[int]) -> None:
     answers.append(response.status_code)
 
 
+async def _probe_once(svc: ControllerService) -> None:
+    """One probe pass outside the app's lifespan, closing the probe client on the loop
+    that opened its connections (as the lifespan does)."""
+    try:
+        await svc.probe_once(svc.upstream)
+    finally:
+        await svc.upstream.aclose()
+
+
 def test_queued_requests_reach_the_heartbeat_and_raise_the_target(
     one_slot: NodeParts, tmp_path: Path
 ) -> None:
@@ -137,7 +146,7 @@ def test_queued_requests_reach_the_heartbeat_and_raise_the_target(
     agent_ref.append(agent)
     agent.register()
     agent.heartbeat(request_commands=False)
-    asyncio.run(svc.probe_once(svc.upstream))  # the controller corroborates the engine
+    asyncio.run(_probe_once(svc))  # the controller corroborates the engine
     assert _target(svc) == 1
 
     answers: list[int] = []
