@@ -66,8 +66,30 @@ def round6(value: float) -> float:
             return round(value, 6)
         if len(_ROUNDED) >= _ROUNDED_MAX:
             _ROUNDED.clear()
+        # ``round(value, 6)`` bit for bit, mostly without its decimal conversion (about
+        # 3,300 instructions, this path about 1,200): ``round`` returns the double nearest
+        # to ``n / 10**6``, ``n`` the integer nearest to the exact ``value * 10**6``. The
+        # float product is within 2**-23 of the exact one below ``_SCALED_MAX``; adding and
+        # taking away ``_ROUND_TO_INTEGER`` rounds it to the nearest integer (ties to
+        # even), exactly, as does ``scaled - whole`` (the two are within a factor of two,
+        # or ``whole`` is 0). Farther than ``_HALF_MARGIN`` from a half, the exact product
+        # rounds to the same ``whole``, and ``whole / 1e6`` is the correctly rounded
+        # quotient. A zero ``whole`` would lose a negative value's sign: it, and
+        # near-halves, take ``round`` itself.
+        scaled = value * 1e6
+        if -_SCALED_MAX < scaled < _SCALED_MAX:
+            whole = scaled + _ROUND_TO_INTEGER - _ROUND_TO_INTEGER
+            gap = scaled - whole
+            if whole and -_HALF_MARGIN < gap < _HALF_MARGIN:
+                found = _ROUNDED[value] = whole / 1e6
+                return found
         found = _ROUNDED[value] = round(value, 6)
     return found
+
+
+_SCALED_MAX = 2147483648.0  # 2**31: a double's half ulp there is 2**-23
+_ROUND_TO_INTEGER = 6755399441055744.0  # 1.5 * 2**52: doubles beyond it are integers
+_HALF_MARGIN = 0.499999
 
 
 _r = round6
