@@ -64,7 +64,8 @@ class HostClasses:
         # class id -> failure domain -> members in id order
         self.by_domain: dict[int, dict[str, list[str]]] = {}
         self._eligible: dict[str, tuple[int, ...]] = {}
-        self._quick: dict[tuple[str, int, bool], float | None] = {}
+        # per model: ``quick`` scores by (class, whether in a failure domain it does not use)
+        self._quick: dict[str, dict[tuple[int, bool], float | None]] = {}
         # the rejection a new replica met on a member of a class, by everything the
         # dynamic filters read of the replica (``filter_key``): models alike in it share it
         self.rejections: dict[tuple[object, ...], Rejection] = {}
@@ -83,20 +84,31 @@ class HostClasses:
             if profile.max_colocated_models > 0 or name in ws.exclusions
         )
         ledgers = ws.ledgers
+        views = ws.views
+        class_of = ws.static.class_of
+        domain_of = ws.domain_of
+        ids = self._ids
+        by_static = self.by_static
+        by_domain = self.by_domain
         for host_id in ws.host_ids:
             ledger = ledgers[host_id]
             if ledger.assigned or ledger.reserved or ledger.new_models:
                 self._hold(host_id)  # (on an empty host it would find nothing to index)
-            if ws.views[host_id].admission is not None:
+            if views[host_id].admission is not None:
                 continue  # it takes nothing new: never eligible for any model
-            class_id = self._id_of(host_id)
+            signature = self._read(host_id)
+            class_id = ids.get(signature)
+            static_class = class_of[host_id]
+            if class_id is None:
+                class_id = ids[signature] = len(ids)
+                self.alike.append((ws.score_id(host_id), static_class))
+                by_static.setdefault(static_class, {})[class_id] = [host_id]
+                by_domain[class_id] = {domain_of[host_id]: [host_id]}
+            else:  # host ids arrive in order
+                by_static[static_class][class_id].append(host_id)
+                by_domain[class_id].setdefault(domain_of[host_id], []).append(host_id)
             self._class[host_id] = class_id
-            static_class = ws.static.class_of[host_id]
             self._representative.setdefault(static_class, host_id)
-            group = self.by_static.setdefault(static_class, {})
-            group.setdefault(class_id, []).append(host_id)  # host ids arrive in order
-            domains = self.by_domain.setdefault(class_id, {})
-            domains.setdefault(ws.domain_of[host_id], []).append(host_id)
         self._representatives = sorted(self._representative.items())
         ws.journal.clear()
 
@@ -122,19 +134,19 @@ class HostClasses:
             found = self._by_alike[model_id] = {}
         return found
 
+    def quick_scores(self, model_id: str) -> dict[tuple[int, bool], float | None]:
+        """The model's ``quick`` scores so far, by (class id, new domain)."""
+        found = self._quick.get(model_id)
+        if found is None:
+            found = self._quick[model_id] = {}
+        return found
+
     def quick(self, model_id: str, class_id: int, host_id: str, new_domain: bool) -> float | None:
         """``new_placement_score`` of any member of the class in a failure domain the model
-        uses (``new_domain`` False) or not (memoised: the signature fixes everything else
-        it reads)."""
+        uses (``new_domain`` False) or not, kept in ``quick_scores`` (the signature fixes
+        everything else it reads)."""
         ws = self._ws
-        key = (model_id, class_id, new_domain)
-        if key in self._quick:
-            return self._quick[key]
-        footprints = ws.footprints(model_id)
-        shape = ws.static.shape_of[host_id]
-        footprint = (
-            footprints[shape] if shape in footprints else ws.new_footprint(model_id, host_id)
-        )
+        footprint = ws.new_footprint(model_id, host_id)
         found: float | None = None
         if footprint is not None:  # a class member holds no replica of the model
             raw = self._by_alike[model_id][self.alike[class_id]][1]
@@ -144,7 +156,7 @@ class HostClasses:
                 ws.base_free[host_id] - ws.ledgers[host_id].new_mb - footprint,
                 ws.new_capacity[host_id],
             )
-        self._quick[key] = found
+        self.quick_scores(model_id)[(class_id, new_domain)] = found
         return found
 
     def filter_key(
@@ -205,7 +217,25 @@ class HostClasses:
         ledger = self._ws.ledgers[host_id]
         fixed = self._fixed.get(host_id)
         if fixed is None:
-            fixed = self._fixed[host_id] = self._fixed_id(host_id)
+            # a number for what the signature reads of the host's view
+            ws = self._ws
+            view = ledger.view
+            resources = view.host.resources
+            fixed_ids = self._fixed_ids
+            fixed = self._fixed[host_id] = fixed_ids.setdefault(
+                (
+                    ws.score_id(host_id),
+                    ws.static.class_of[host_id],
+                    view.new_capacity_mb,
+                    view.raw_mb,
+                    view.unmanaged_mb,
+                    view.live_managed_mb,
+                    resources.max_models,
+                    resources.disk_free_mb,
+                    ws.live_violations.get(host_id, ""),
+                ),
+                len(fixed_ids),
+            )
         members = ledger.members()
         return (
             fixed,
@@ -215,23 +245,6 @@ class HostClasses:
             len(members),
             frozenset(members & self._constraining) if members else _NONE,
         )
-
-    def _fixed_id(self, host_id: str) -> int:
-        """The number of what the signature reads of the host's view."""
-        ws = self._ws
-        view = ws.views[host_id]
-        fixed = (
-            ws.score_id(host_id),
-            ws.static.class_of[host_id],
-            view.new_capacity_mb,
-            view.raw_mb,
-            view.unmanaged_mb,
-            view.live_managed_mb,
-            view.host.resources.max_models,
-            view.host.resources.disk_free_mb,
-            ws.live_violations.get(host_id, ""),
-        )
-        return self._fixed_ids.setdefault(fixed, len(self._fixed_ids))
 
     def refresh(self) -> None:
         """Move every host whose ledger changed into the class its new state belongs to."""
@@ -437,8 +450,7 @@ def choose_by_class(
     # the rejection a stream's first visit met, by (class, used domain or None)
     rejected: dict[tuple[int, str | None], Rejection] = {}
     quick_score = classes.quick
-    # this search's quick score per (class, whether the stream is in a new domain)
-    quick_of: dict[tuple[int, bool], float | None] = {}
+    quick_of = classes.quick_scores(model_id)
     while queue:
         key, host_id, at, members, class_id, domain = queue[0]
         best = search.best
@@ -456,7 +468,7 @@ def choose_by_class(
                 if kind in quick_of:
                     quick = quick_of[kind]
                 else:
-                    quick = quick_of[kind] = quick_score(model_id, class_id, host_id, kind[1])
+                    quick = quick_score(model_id, class_id, host_id, kind[1])
                 if quick is not None and (
                     quick < best.score or (quick == best.score and host_id > best.host_id)
                 ):
