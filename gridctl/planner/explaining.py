@@ -220,28 +220,30 @@ class ExplanationBook:
     def build(
         self,
         targets: Mapping[str, ReplicaTarget],
-        hosts: tuple[str, ...],
+        position: Mapping[str, int],
         static: StaticRows,
     ) -> tuple[ModelExplanation, ...]:
         """Freeze the book over ``static``'s rows for the pairs nothing was booked for.
 
-        Hosts of a model that never searched (its incumbents already met the
-        target) are listed as eligible, unscored; hosts a search ranked but did
-        not reach carry their static score parts. Each model's candidate rows
-        are built when first read: the book must not change after this call.
+        ``position`` is each host's index in host id order. Hosts of a model
+        that never searched (its incumbents already met the target) are listed
+        as eligible, unscored; hosts a search ranked but did not reach carry
+        their static score parts. Each model's candidate rows are built when
+        first read: the book must not change after this call.
         """
         cells = Candidates()
-        position = {host_id: index for index, host_id in enumerate(hosts)}
+        row = self._row
         explanations: list[ModelExplanation] = []
         for model_id in sorted(targets):
             target = targets[model_id]
+            replicas = target.replicas
             explanations.append(
                 _explanation(
                     model_id,
-                    target.replicas,
+                    replicas,
                     target.reason,
-                    target.first_class,
-                    CandidateRows(partial(self._row, model_id, cells, position, static)),
+                    target.class_of(0) if replicas > 0 else None,  # target.first_class
+                    CandidateRows(partial(row, model_id, cells, position, static)),
                 )
             )
         return tuple(explanations)

@@ -64,13 +64,18 @@ def plan_placement(
 
 
 _NO_FLEET = FleetFacts(ready=0, recent_ready=0, startup_seconds=None)
+_new_tuple = tuple.__new__
 
 
 def fleet_facts(ws: Workspace, model_id: str) -> FleetFacts:
     profile = ws.profiles[model_id]
     eligible = ws.eligible_set[model_id]
     if not ws.special_hosts(model_id):  # no incumbent, cache, failure or learned fact
-        return _NO_FLEET if not eligible else FleetFacts(0, 0, start_seconds(profile, None, False))
+        if not eligible:
+            return _NO_FLEET
+        # every eligible host starts from the profile's prior: ``start_seconds(profile,
+        # None, False)``, the named tuple made without its generated ``__new__``
+        return _new_tuple(FleetFacts, (0, 0, profile.warm_seconds + profile.load_seconds))
     ready = 0
     recent = 0
     horizon = ws.now - profile.scale_down_cooldown_seconds
@@ -101,9 +106,10 @@ def fleet_facts(ws: Workspace, model_id: str) -> FleetFacts:
 
 
 def set_targets(ws: Workspace) -> None:
+    targets, demand, policy = ws.targets, ws.demand, ws.policy
     for model_id, profile in ws.profiles.items():
         facts = fleet_facts(ws, model_id)
-        ws.targets[model_id] = replica_target(profile, ws.demand.get(model_id), facts, ws.policy)
+        targets[model_id] = replica_target(profile, demand.get(model_id), facts, policy)
 
 
 def report_domain_shortfalls(ws: Workspace) -> None:
@@ -135,7 +141,7 @@ def assemble(ws: Workspace, digest: str) -> Plan:
         )
         for (model_id, code), shortfall in sorted(ws.shortfalls.items())
     ]
-    explanations = ws.explain.build(ws.targets, ws.host_ids, StaticRows(ws))
+    explanations = ws.explain.build(ws.targets, ws.host_position, StaticRows(ws))
     return Plan(
         input_digest=digest,
         now=ws.now,

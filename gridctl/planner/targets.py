@@ -27,6 +27,7 @@ _EPSILON = 1e-9
 # benchmark's cold 64x32 plan: 0.97 -> 0.5 M instructions for its 32 targets.
 
 Harm = tuple[float, float, float, float, float]
+_new_tuple = tuple.__new__
 
 
 class ReplicaTarget(NamedTuple):
@@ -103,8 +104,9 @@ def replicas_for(concurrency: float, per_replica: float, headroom: float) -> int
     return replicas if replicas > 1 else 1  # max(1, replicas)
 
 
-def harm_of(profile: ModelProfile, demand: ModelDemand | None) -> Harm:
-    """Attributable service harm, most telling first: queue, SLO ratio, errors, load, rate."""
+def harm_of(profile: ModelProfile, demand: ModelDemand | None, offered: float) -> Harm:
+    """Attributable service harm, most telling first: queue, SLO ratio, errors, load, rate
+    (``offered``: the demand's ``direct_concurrency``)."""
     if demand is None:
         return (0.0, 0.0, 0.0, 0.0, 0.0)
     ratio = 0.0
@@ -115,7 +117,7 @@ def harm_of(profile: ModelProfile, demand: ModelDemand | None) -> Harm:
         demand.queue_depth,
         ratio,
         demand.error_rate,
-        direct_concurrency(profile, demand),
+        offered,
         rate,
     )
 
@@ -133,14 +135,14 @@ def replica_target(
     direct = 0
     inferred = 0
     concurrency = 0.0
+    offered = 0.0  # direct_concurrency: the concurrency and the harm read it
     if demand is not None:
+        offered = direct_concurrency(profile, demand)
         # one definition of direct demand (ModelDemand.has_direct_evidence): offered
         # concurrency with no request, queue or error signal behind it is not direct, so
         # it can neither place a direct replica nor authorise a preemption
         if demand.has_direct_evidence:
-            concurrency = direct_concurrency(profile, demand) * lookahead_factor(
-                demand, facts.startup_seconds, policy
-            )
+            concurrency = offered * lookahead_factor(demand, facts.startup_seconds, policy)
             direct = replicas_for(concurrency, per_replica, policy.demand_headroom)
             if direct:
                 reasons.append(f"offered concurrency {concurrency:.2f}")
@@ -193,15 +195,19 @@ def replica_target(
         direct = replicas
     if not direct > pinned:
         direct = pinned  # max(pinned, min(max(direct, least), replicas))
-    # positional, in field order: keywords cost about 4,000 instructions more per model
-    return ReplicaTarget(
-        profile.name,  # model_id
-        replicas,
-        pinned,
-        baseline,
-        direct,
-        "; ".join(reasons) if reasons else "no demand",  # reason
-        harm_of(profile, demand),  # harm
-        factor,  # performance_factor
-        concurrency,  # offered_concurrency
+    # positional, in field order, straight into the tuple: keywords cost about 4,000
+    # instructions more per model, the named tuple's generated ``__new__`` about 1,000
+    return _new_tuple(
+        ReplicaTarget,
+        (
+            profile.name,  # model_id
+            replicas,
+            pinned,
+            baseline,
+            direct,
+            "; ".join(reasons) if reasons else "no demand",  # reason
+            harm_of(profile, demand, offered),  # harm
+            factor,  # performance_factor
+            concurrency,  # offered_concurrency
+        ),
     )
