@@ -187,24 +187,26 @@ class StaticEligibility:
         self.views = views
         self.profiles = profiles
         shapes: dict[tuple[object, ...], int] = {}
-        self.shape_of: dict[str, int] = {}
+        shape_of: dict[str, int] = {}
+        self.shape_of = shape_of
         reps: list[HostView] = []
         admitted: list[list[str]] = []
-        sizes: list[int] = []
         admission_codes: set[RejectionCode] = set()
         for host_id, view in views.items():
-            index = shapes.get(view.shape)
+            facts = view.shape
+            index = shapes.get(facts)
             if index is None:
-                index = shapes[view.shape] = len(reps)
+                index = shapes[facts] = len(reps)
                 reps.append(view)
                 admitted.append([])
-                sizes.append(0)
-            self.shape_of[host_id] = index
-            sizes[index] += 1
+            shape_of[host_id] = index
             if view.admission is None:
                 admitted[index].append(host_id)
             else:
                 admission_codes.add(view.admission.code)
+        sizes = [0] * len(reps)  # hosts per shape
+        for index in shape_of.values():
+            sizes[index] += 1
         self.rejections: dict[str, tuple[Rejection | None, ...]] = {}
         self.eligible: dict[str, tuple[str, ...]] = {}
         self.eligible_set: dict[str, frozenset[str]] = {}
@@ -219,46 +221,57 @@ class StaticEligibility:
         # (shape rejections, codes, admitted passing hosts as a tuple and a set, compatible
         # host count) per requirement set: unpinned models that ask alike share them
         rows: dict[tuple[object, ...], _Row] = {}
+        by_model = (self.rejections, self.eligible, self.eligible_set, self.codes)
+        rejections_of, eligible_of, eligible_set_of, codes_of = by_model
+        compatible_of = self.compatible
         for model_id, profile in profiles.items():
             needs = requirements(profile, named)
             row = rows.get(needs)
             if row is None:
                 row = rows[needs] = self._row(profile, reps, admitted, sizes, admission_codes)
             rejections, codes, open_hosts, open_set, compatible = row
+            rejections_of[model_id] = rejections
             if profile.pins:
                 pinned = set(profile.pins)
                 eligible = tuple(h for h in open_hosts if h in pinned)
                 if len(eligible) < len(open_hosts):
                     codes = codes | {RejectionCode.NOT_PINNED}
                 compatible = sum(
-                    1 for h in pinned if h in self.shape_of and rejections[self.shape_of[h]] is None
+                    1 for h in pinned if h in shape_of and rejections[shape_of[h]] is None
                 )
                 for host_id in eligible:
                     pinned_here.setdefault(host_id, set()).add(model_id)
-            else:
-                eligible = open_hosts
-            self.rejections[model_id] = rejections
-            self.eligible[model_id] = eligible
-            shared = eligible is open_hosts  # models passing the same shapes share one set
-            self.eligible_set[model_id] = open_set if shared else frozenset(eligible)
-            self.codes[model_id] = codes
-            self.compatible[model_id] = compatible
+                eligible_of[model_id] = eligible
+                eligible_set_of[model_id] = frozenset(eligible)
+            else:  # models passing the same shapes share one tuple and one set
+                eligible_of[model_id] = open_hosts
+                eligible_set_of[model_id] = open_set
+            codes_of[model_id] = codes
+            compatible_of[model_id] = compatible
+        # classes: (shape, pinned models eligible there), numbered in host id order
         classes: dict[tuple[int, frozenset[str]], int] = {}
-        self.class_of: dict[str, int] = {}
-        self.class_reps: list[str] = []
+        unpinned: list[int | None] = [None] * len(reps)  # the class of (shape, no pins)
+        class_of: dict[str, int] = {}
+        class_reps: list[str] = []
+        self.class_of = class_of
+        self.class_reps = class_reps
         for host_id, view in views.items():
             if view.admission is not None:
                 continue
-            pinned_models = pinned_here.get(host_id)
-            key = (
-                self.shape_of[host_id],
-                _NONE if pinned_models is None else frozenset(pinned_models),
-            )
-            index = classes.get(key)
-            if index is None:
-                index = classes[key] = len(self.class_reps)
-                self.class_reps.append(host_id)
-            self.class_of[host_id] = index
+            shape = shape_of[host_id]
+            pinned_models = pinned_here.get(host_id) if pinned_here else None
+            if pinned_models is None:
+                found = unpinned[shape]
+                if found is None:
+                    found = unpinned[shape] = len(class_reps)
+                    class_reps.append(host_id)
+            else:
+                key = (shape, frozenset(pinned_models))
+                found = classes.get(key)
+                if found is None:
+                    found = classes[key] = len(class_reps)
+                    class_reps.append(host_id)
+            class_of[host_id] = found
 
     def _row(
         self,
