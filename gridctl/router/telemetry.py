@@ -14,10 +14,18 @@ The worker wakes once per ``DRAIN_DELAY_SECONDS`` window, not once per request:
 a wake-up per request was a thread switch and a contended interpreter lock on
 every response the router sent, and sinks running while the serving loop
 writes the response. Observations reach the sinks at most that much later.
+
+Emitted on an event loop (the router), the sleeping worker is woken by a
+callback at the end of the loop step, not in the middle of it: the step's socket
+writes (a response joined into one write is sent by such a callback, scheduled
+first) go out before another thread is made runnable to contend for the cores
+and the interpreter lock. With one client and a real engine that wake-up sat in
+front of every answer (``benchmarks/router.py``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -48,6 +56,7 @@ class TelemetryTap:
         self._idle = threading.Condition(self._lock)
         self._wake = threading.Condition(self._lock)
         self._asleep = False  # the worker waits on ``_wake`` for the next observation
+        self._wake_deferred = False  # its wake-up waits for the end of a loop step
         self._pending = 0  # emitted, not yet through every sink
         self.dropped = 0  # buffer full
         self.failed = 0  # a sink raised
@@ -66,12 +75,29 @@ class TelemetryTap:
             self._pending += 1
             if self._asleep:
                 self._asleep = False
-                self._wake.notify()
+                self._wake_worker()
             elif self._worker is None or not self._worker.is_alive():
                 self._worker = threading.Thread(
                     target=self._drain_forever, name="gridctl-telemetry", daemon=True
                 )
                 self._worker.start()
+
+    def _wake_worker(self) -> None:
+        """Notify the sleeping worker (the lock held): at the end of the running loop's
+        step when there is one, else now."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._wake.notify()
+            return
+        self._wake_deferred = True
+        loop.call_soon(self._notify)
+
+    def _notify(self) -> None:
+        with self._lock:
+            if self._wake_deferred:
+                self._wake_deferred = False
+                self._wake.notify()
 
     def _drain_forever(self) -> None:
         while True:
@@ -97,4 +123,7 @@ class TelemetryTap:
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until every queued observation reached the sinks (tests, shutdown)."""
         with self._lock:
+            if self._wake_deferred:  # flushing on the loop: its callback cannot run first
+                self._wake_deferred = False
+                self._wake.notify()
             return self._idle.wait_for(lambda: self._pending == 0, timeout)

@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Callable
 
+import anyio
 import pytest
 
 from gridctl.router.telemetry import RequestObservation, TelemetryTap
@@ -72,6 +73,29 @@ def test_a_full_queue_drops_instead_of_waiting() -> None:
     assert tap.dropped >= 47
     gate.set()
     assert tap.flush(5)
+
+
+@pytest.mark.anyio
+async def test_on_a_loop_the_worker_is_woken_after_the_step_and_flush_still_drains() -> None:
+    tap = TelemetryTap()
+    seen: list[RequestObservation] = []
+    tap.add(seen.append)
+    obs = RequestObservation(0.0, "chat", "m", "m", "h", "ok", 200, 0.1)
+    tap.emit(obs)  # starts the worker
+    assert tap.flush(5) and len(seen) == 1
+    deadline = time.monotonic() + 10
+    while not tap._asleep and time.monotonic() < deadline:  # the worker waits for work
+        await anyio.sleep(0.01)
+    tap.emit(obs)
+    assert tap._wake_deferred  # its wake-up waits for the end of this loop step
+    await anyio.sleep(0)
+    assert not tap._wake_deferred
+    assert tap.flush(5) and len(seen) == 2
+    while not tap._asleep and time.monotonic() < deadline:
+        await anyio.sleep(0.01)
+    tap.emit(obs)
+    # flushing on the loop thread, before the step ends, wakes the worker itself
+    assert tap.flush(5) and len(seen) == 3
 
 
 @pytest.mark.anyio
