@@ -15,12 +15,15 @@ a wake-up per request was a thread switch and a contended interpreter lock on
 every response the router sent, and sinks running while the serving loop
 writes the response. Observations reach the sinks at most that much later.
 
-Emitted on an event loop (the router), the sleeping worker is woken by a
-callback at the end of the loop step, not in the middle of it: the step's socket
-writes (a response joined into one write is sent by such a callback, scheduled
-first) go out before another thread is made runnable to contend for the cores
-and the interpreter lock. With one client and a real engine that wake-up sat in
-front of every answer (``benchmarks/router.py``).
+Emitted on an event loop (the router), the sleeping worker is woken by a timer
+on that loop when the window ends, not by the emitting request: waking a thread
+in the middle of a loop step (a response joined into one write is sent at the end
+of the step) put a thread switch and an interpreter-lock handoff in front of the
+caller's bytes, and waking it right after still cost the serving thread about
+as much as the request's own handling when the machine was busy (the woken
+worker preempting it). Once the window is over the loop is most likely idle,
+waiting for an engine. Emitted off a loop, the worker is woken at once and waits
+out the window itself.
 """
 
 from __future__ import annotations
@@ -56,7 +59,8 @@ class TelemetryTap:
         self._idle = threading.Condition(self._lock)
         self._wake = threading.Condition(self._lock)
         self._asleep = False  # the worker waits on ``_wake`` for the next observation
-        self._wake_deferred = False  # its wake-up waits for the end of a loop step
+        self._wake_deferred = False  # a loop timer will wake it when the window ends
+        self._gathered = False  # that window is over when it wakes
         self._pending = 0  # emitted, not yet through every sink
         self.dropped = 0  # buffer full
         self.failed = 0  # a sink raised
@@ -83,15 +87,15 @@ class TelemetryTap:
                 self._worker.start()
 
     def _wake_worker(self) -> None:
-        """Notify the sleeping worker (the lock held): at the end of the running loop's
-        step when there is one, else now."""
+        """Wake the sleeping worker (the lock held): by a timer on the running loop when
+        the window ends, else now (and it waits the window out)."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             self._wake.notify()
             return
-        self._wake_deferred = True
-        loop.call_soon(self._notify)
+        self._wake_deferred = self._gathered = True
+        loop.call_later(DRAIN_DELAY_SECONDS, self._notify)
 
     def _notify(self) -> None:
         with self._lock:
@@ -105,7 +109,9 @@ class TelemetryTap:
                 while not self._buffer:
                     self._asleep = True
                     self._wake.wait()
-            time.sleep(DRAIN_DELAY_SECONDS)  # gather the burst this observation began
+                gathered, self._gathered = self._gathered, False
+            if not gathered:
+                time.sleep(DRAIN_DELAY_SECONDS)  # gather the burst this observation began
             with self._lock:
                 batch, self._buffer = self._buffer, []
             for observation in batch:

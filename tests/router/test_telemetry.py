@@ -76,7 +76,7 @@ def test_a_full_queue_drops_instead_of_waiting() -> None:
 
 
 @pytest.mark.anyio
-async def test_on_a_loop_the_worker_is_woken_after_the_step_and_flush_still_drains() -> None:
+async def test_on_a_loop_a_timer_wakes_the_worker_after_the_window_and_flush_still_drains() -> None:
     tap = TelemetryTap()
     seen: list[RequestObservation] = []
     tap.add(seen.append)
@@ -84,17 +84,20 @@ async def test_on_a_loop_the_worker_is_woken_after_the_step_and_flush_still_drai
     tap.emit(obs)  # starts the worker
     assert tap.flush(5) and len(seen) == 1
     deadline = time.monotonic() + 10
-    while not tap._asleep and time.monotonic() < deadline:  # the worker waits for work
-        await anyio.sleep(0.01)
+
+    async def worker_asleep() -> None:
+        while not tap._asleep and time.monotonic() < deadline:
+            await anyio.sleep(0.005)
+
+    await worker_asleep()
     tap.emit(obs)
-    assert tap._wake_deferred  # its wake-up waits for the end of this loop step
-    await anyio.sleep(0)
-    assert not tap._wake_deferred
-    assert tap.flush(5) and len(seen) == 2
-    while not tap._asleep and time.monotonic() < deadline:
-        await anyio.sleep(0.01)
+    assert tap._wake_deferred  # the emitting request woke no thread
+    while len(seen) < 2 and time.monotonic() < deadline:  # the loop's timer does
+        await anyio.sleep(0.005)
+    assert len(seen) == 2 and not tap._wake_deferred
+    await worker_asleep()
     tap.emit(obs)
-    # flushing on the loop thread, before the step ends, wakes the worker itself
+    # flushing on the loop thread, before the timer could fire, wakes the worker itself
     assert tap.flush(5) and len(seen) == 3
 
 
