@@ -7,12 +7,15 @@ router's request handling (``benchmarks/router.py --fake``, py-spy). Here the
 writes a response makes within one event-loop step are joined and sent at the end
 of that step: a whole answer (headers and body, sent back to back) goes in one
 write, and a streamed one goes out chunk by chunk as before, never held past the
-step that produced it.
+step that produced it. A response's last write is sent the moment the response is
+complete, before the work that follows it in the same step (the app's background
+tasks, unwinding the middleware, arming the keep-alive timer).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -22,12 +25,18 @@ class _JoinedWrites:
     joined and sent, in order, by a callback at the end of that step (so a pipelined
     next response, started later, writes after it); closing sends what is held first."""
 
-    __slots__ = ("_held", "_loop", "_transport")
+    __slots__ = ("_held", "_loop", "_on_response", "_transport")
 
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        transport: asyncio.Transport,
+        loop: asyncio.AbstractEventLoop,
+        on_response: Callable[[], None],
+    ) -> None:
         self._transport = transport
         self._loop = loop
         self._held: list[bytes] = []
+        self._on_response = on_response
 
     def write(self, data: bytes) -> None:
         if not data:
@@ -45,6 +54,12 @@ class _JoinedWrites:
         self.flush()
         self._transport.close()
 
+    def response_complete(self) -> None:
+        """The cycle's ``on_response``: the whole answer goes out now, then the
+        protocol's completion (which may start a pipelined request)."""
+        self.flush()
+        self._on_response()
+
     def is_closing(self) -> bool:
         return self._transport.is_closing()
 
@@ -56,4 +71,6 @@ class OneWriteHttpToolsProtocol(HttpToolsProtocol):
         super().on_headers_complete()
         cycle = self.cycle
         if cycle is not None and cycle.transport is self.transport:
-            cycle.transport = _JoinedWrites(self.transport, self.loop)  # type: ignore[assignment]
+            joined = _JoinedWrites(self.transport, self.loop, cycle.on_response)
+            cycle.transport = joined  # type: ignore[assignment]
+            cycle.on_response = joined.response_complete

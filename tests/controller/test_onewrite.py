@@ -16,6 +16,7 @@ from contextlib import contextmanager
 
 import uvicorn
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -39,10 +40,23 @@ async def streamed(_request: Request) -> Response:
     return StreamingResponse(chunks(), media_type="text/plain")
 
 
+answered = threading.Event()
+
+
+async def hold_loop_until_answered() -> None:
+    # no await: the loop's step, and anything left to send in it, waits for the client
+    answered.wait(30)
+
+
+async def then_background(_request: Request) -> Response:
+    return PlainTextResponse("answered", background=BackgroundTask(hold_loop_until_answered))
+
+
 APP = Starlette(
     routes=[
         Route("/whole", whole, methods=["GET", "HEAD"]),
         Route("/stream", streamed),
+        Route("/background", then_background),
     ]
 )
 
@@ -110,3 +124,16 @@ def test_a_streamed_answer_goes_out_chunk_by_chunk() -> None:
     assert head.startswith(b"HTTP/1.1 200 OK\r\n") and b"transfer-encoding: chunked" in head
     assert b"6\r\nfirst;\r\n" in head
     assert rest.endswith(b"6\r\nsecond\r\n0\r\n\r\n")
+
+
+def test_a_whole_answer_is_sent_before_its_background_task_runs() -> None:
+    answered.clear()
+    with serving() as port, socket.create_connection(("127.0.0.1", port)) as conn:
+        conn.sendall(b"GET /background HTTP/1.1\r\nhost: x\r\n\r\n")
+        started = time.monotonic()
+        # the background task holds the loop until this read returns (or 30 s pass)
+        answer = read_until(conn, b"answered", deadline=60)
+        waited = time.monotonic() - started
+        answered.set()
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and answer.endswith(b"\r\n\r\nanswered")
+    assert waited < 25, waited  # not released by the background task's own timeout
