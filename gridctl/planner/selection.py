@@ -145,7 +145,7 @@ def memory_incremental(c: Candidate, ws: Workspace) -> Rejection | None:
 
 
 def memory_desired(c: Candidate, ws: Workspace) -> Rejection | None:
-    if not c.charged:
+    if c.incumbent is not None and not c.charged:  # (a new replica is always charged)
         return None  # unmanaged or pinned memory is charged before anything else
     free = c.ledger.desired_free_mb
     if c.memory_mb > free:
@@ -174,11 +174,11 @@ def candidate_for(ws: Workspace, model_id: str, host_id: str) -> Candidate | Rej
         return Rejection(_ALREADY_ASSIGNED, "a replica is already planned here")
     if (host_id, model_id) in ws.preemptions:
         return Rejection(RejectionCode.MODEL_RESIDENT, "its copy here is staged out")
-    incumbent = ws.incumbent(model_id, host_id)
+    incumbent = ws.incumbents[model_id].get(host_id)  # ``ws.incumbent``, without the call
     if incumbent is not None:
         runtime = residency_runtime_label(profile, incumbent.residency, view.host)
         return Candidate(profile, host_id, view, ledger, runtime, incumbent.memory_mb, incumbent, 0)
-    if view.residencies_of(model_id):
+    if model_id in view.by_model:  # ``view.residencies_of(model_id)``, without the call
         if ws.stale_resident(model_id, host_id):
             return Rejection(
                 RejectionCode.STALE_ARTIFACT_IN_PLACE, "an old artifact revision is resident here"
@@ -213,11 +213,14 @@ def score(ws: Workspace, candidate: Candidate) -> None:
     name = candidate.profile.name
     host_id = candidate.host_id
     new_domain, free_after, capacity = _dynamic_facts(ws, candidate)
-    static_parts, _ = ws.static_score(name, host_id)
+    found = ws.static_scores(name).get(host_id)
+    if found is None:
+        ws.static_sum(name, host_id)
+        found = ws.static_scores(name)[host_id]
+    (static_parts, _), value = found  # the parts, and the unrounded sum of them
     dynamic = dynamic_components(new_domain, free_after, capacity)
     candidate.components = static_parts + dynamic
     # ``score_value``: ``score_with_dynamic``'s sum, in its order, from the parts in hand
-    value = ws.static_sum(name, host_id)
     for _, part in dynamic:
         value += part
     candidate.score = round6(value)
