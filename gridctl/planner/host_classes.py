@@ -70,6 +70,7 @@ class HostClasses:
         # dynamic filters read of the replica (``filter_key``): models alike in it share it
         self.rejections: dict[tuple[object, ...], Rejection] = {}
         self._by_alike: dict[str, dict[tuple[int, int], StaticScore]] = {}
+        self._by_group: dict[tuple[object, ...], dict[tuple[int, int], StaticScore]] = {}
         # per model: hosts where it is planned or reserved (special to its searches)
         self.holders: dict[str, set[str]] = {}
         self._held: dict[str, frozenset[str]] = {}
@@ -128,10 +129,15 @@ class HostClasses:
 
     def alike_scores(self, model_id: str) -> dict[tuple[int, int], StaticScore]:
         """The model's static scores known so far, by (score shape id, static class): the
-        members of every class with that pair score alike."""
+        members of every class with that pair score alike, for every model of the model's
+        ``score_group`` (which shares this dict)."""
         found = self._by_alike.get(model_id)
         if found is None:
-            found = self._by_alike[model_id] = {}
+            group = self._ws.score_group(model_id)
+            found = self._by_group.get(group)
+            if found is None:
+                found = self._by_group[group] = {}
+            self._by_alike[model_id] = found
         return found
 
     def quick_scores(self, model_id: str) -> dict[tuple[int, bool], float | None]:

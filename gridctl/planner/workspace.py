@@ -176,14 +176,9 @@ class Workspace:
         need = 0.0
         if self.scarcity is not None:
             need = self.scarcity.need(host_id, len(self.eligible[model_id]))
-        # what static scoring reads of the profile: models alike in it share scores
-        signature = self._score_signature.get(model_id)
+        signature = self._score_signature.get(model_id)  # (``_signature_of``'s memo)
         if signature is None:
-            signature = self._score_signature[model_id] = (
-                self.targets[model_id].performance_factor,
-                profile.warm_seconds,
-                profile.load_seconds,
-            )
+            signature = self._signature_of(model_id)
         incumbent: LiveResidency | None = None
         if host_id in self._special[model_id]:
             incumbent = self.incumbent(model_id, host_id)
@@ -214,6 +209,24 @@ class Workspace:
             raw = sum(value for _, value in parts)
             found = self._static_by_shape[shape] = ((parts, total(parts)), raw)
         return found
+
+    def _signature_of(self, model_id: str) -> tuple[float, float, float]:
+        """What static scoring reads of the profile: models alike in it share scores."""
+        signature = self._score_signature.get(model_id)
+        if signature is None:
+            profile = self.profiles[model_id]
+            signature = self._score_signature[model_id] = (
+                self.targets[model_id].performance_factor,
+                profile.warm_seconds,
+                profile.load_seconds,
+            )
+        return signature
+
+    def score_group(self, model_id: str) -> tuple[object, ...]:
+        """Everything ``_static_score`` reads of the model for a host not special to it (its
+        signature and, for the scarcity need, its eligible-host count): models of one group
+        score alike on every such host of one score shape and static class."""
+        return (self._signature_of(model_id), len(self.eligible[model_id]))
 
     def score_id(self, host_id: str) -> int:
         """Which score shape the host has: hosts with equal ids score alike."""
