@@ -41,6 +41,7 @@ class FleetIndex:
         self.domain_of: dict[str, str] = {}
         self.new_capacity: dict[str, int] = {}
         self.base_free: dict[str, int] = {}  # incremental free memory before any plan's work
+        self.max_models: dict[str, int] = {}  # per-host model limits (0: none)
         self.score_id: dict[str, int] = {}
         score_ids: dict[tuple[object, ...], int] = {}
         occupied: list[HostView] = []  # hosts with anything on them, in host id order
@@ -52,12 +53,14 @@ class FleetIndex:
             self.new_capacity,
             self.base_free,
         )
-        score_id = self.score_id
+        score_id, max_models = self.score_id, self.max_models
         for host in sorted(snapshot.hosts, key=attrgetter("host_id")):
             view = build_host_view(host, by_name, now, policy, shapes)
             host_id = host.host_id
             views[host_id] = view
-            domain_of[host_id] = host.resources.failure_domain
+            resources = host.resources
+            domain_of[host_id] = resources.failure_domain
+            max_models[host_id] = resources.max_models
             capacity = new_capacity[host_id] = view.new_capacity_mb
             base_free[host_id] = capacity - view.unmanaged_mb - view.live_managed_mb
             score_id[host_id] = score_ids.setdefault(view.score_shape, len(score_ids))

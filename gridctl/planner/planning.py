@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gridctl.domain import (
+    Assignment,
     ControllerPolicy,
     FleetSnapshot,
     ModelProfile,
@@ -113,10 +114,13 @@ def set_targets(ws: Workspace) -> None:
 
 
 def report_domain_shortfalls(ws: Workspace) -> None:
-    for model_id in ws.model_ids:
+    profiles = ws.profiles
+    for model_id, domains in ws.domains.items():
+        used = len(domains)  # 0 exactly when nothing is placed
+        if not used or used >= profiles[model_id].min_failure_domains:
+            continue  # nothing placed, or the minimum met whatever the target
         required = ws.required_domains(model_id)
-        used = len(ws.domains[model_id])
-        if ws.placed(model_id) and used < required:
+        if used < required:
             ws.add_shortfall(
                 model_id,
                 UnsatisfiedCode.FAILURE_DOMAIN_SHORTFALL,
@@ -126,10 +130,11 @@ def report_domain_shortfalls(ws: Workspace) -> None:
 
 
 def assemble(ws: Workspace, digest: str) -> Plan:
-    assignments = sorted(
-        (a for per_host in ws.assignments.values() for a in per_host.values()),
-        key=lambda a: (a.model_id, a.host_id),
-    )
+    # by (model, host): the books are keyed by model in model id order, then by host
+    assignments: list[Assignment] = []
+    for per_host in ws.assignments.values():
+        if per_host:
+            assignments.extend([per_host[h] for h in sorted(per_host)])
     preemptions = sorted(ws.preemptions.values(), key=lambda p: (p.host_id, p.model_id))
     unsatisfied = [
         Unsatisfied(

@@ -18,6 +18,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 
 from gridctl.domain import ControllerPolicy, ModelProfile, ResidencyState
 from gridctl.planner.host_views import HostView, LiveResidency
@@ -169,11 +170,16 @@ class ScarcityIndex:
             hosts = frozenset(eligible[model])
             ceiling = 1 if ceilings is None else ceilings[model]
             groups[hosts] = groups.get(hosts, 0.0) + float(max(targets.get(model, 0), ceiling))
+        # model slots per host, a host without a per-host limit counting one per enabled
+        # model; capacities are sums of ints, exact in any order (summed in C: a generator
+        # over sorted hosts cost about 250 instructions per host and eligible set, measured)
+        counts = None if slots is None else {h: n or unlimited for h, n in slots.items()}
         pressure: dict[frozenset[str], float] = {}
         for hosts in groups:
-            capacity = sum(
-                (slots.get(h, 0) if slots is not None else 1) or unlimited for h in sorted(hosts)
-            )
+            if counts is None:
+                capacity = len(hosts)
+            else:
+                capacity = sum(map(counts.get, hosts, repeat(unlimited)))
             claims = 0.0
             for other, want in groups.items():
                 if len(other) <= len(hosts):

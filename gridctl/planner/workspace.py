@@ -71,6 +71,7 @@ class Workspace:
         self.domain_of = fleet.domain_of
         self.new_capacity = fleet.new_capacity
         self.base_free = fleet.base_free
+        self._max_models = fleet.max_models
         self.journal: set[str] = set()  # hosts whose ledger changed since the classes read them
         self.ledgers: dict[str, HostLedger] = {
             k: HostLedger(v, self.journal) for k, v in self.views.items()
@@ -128,7 +129,7 @@ class Workspace:
             {m: t.replicas for m, t in self.targets.items()},
             self.static.class_of,
             self.static.class_reps,
-            {h: v.host.resources.max_models for h, v in self.views.items()},
+            self._max_models,
             {m: p.max_replicas for m, p in self.profiles.items()},
         )
 
