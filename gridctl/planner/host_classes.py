@@ -203,18 +203,21 @@ class HostClasses:
     def _hold(self, host_id: str) -> None:
         """Index which models are planned or reserved on the host."""
         ledger = self._ws.ledgers[host_id]
-        if ledger.assigned or ledger.reserved or ledger.new_models:
-            held = frozenset(ledger.assigned | ledger.reserved | ledger.new_models)
-        else:
-            held = _NONE
+        # (a ledger's new models are among its assigned ones)
+        held = ledger.assigned | ledger.reserved if ledger.reserved else ledger.assigned
         before = self._held.get(host_id, _NONE)
         if held == before:
             return
+        holders = self.holders
         for model_id in before - held:
-            self.holders[model_id].discard(host_id)
+            holders[model_id].discard(host_id)
         for model_id in held - before:
-            self.holders.setdefault(model_id, set()).add(host_id)
-        self._held[host_id] = held
+            found = holders.get(model_id)
+            if found is None:
+                holders[model_id] = {host_id}
+            else:
+                found.add(host_id)
+        self._held[host_id] = frozenset(held)
 
     def _read(self, host_id: str) -> Signature:
         """Everything a search for a model not planned, reserved or resident on the host
@@ -255,7 +258,7 @@ class HostClasses:
     def refresh(self) -> None:
         """Move every host whose ledger changed into the class its new state belongs to."""
         journal = self._ws.journal
-        for host_id in sorted(journal):
+        for host_id in sorted(journal) if len(journal) > 1 else journal:
             self._hold(host_id)
             old = self._class.get(host_id)
             if old is None:
