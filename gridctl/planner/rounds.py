@@ -34,6 +34,7 @@ from gridctl.planner.selection import Choice, choose_host, choose_ranked, commit
 from gridctl.planner.workspace import Workspace
 
 ROUND_CLASSES = (DemandClass.BASELINE, DemandClass.DIRECT, DemandClass.INFERRED)
+_ROUND_CLASS_NAMES = {c: c.value for c in ROUND_CLASSES}
 _CAPACITY_CODES = frozenset(
     {RejectionCode.MEMORY_INCREMENTAL, RejectionCode.MEMORY_DESIRED, RejectionCode.MODEL_SLOTS}
 )
@@ -69,11 +70,14 @@ def round_key(ws: Workspace, model_id: str) -> tuple[object, ...]:
 
 def _reason(ws: Workspace, model_id: str, index: int, demand_class: DemandClass) -> str:
     target = ws.targets[model_id]
-    return f"{demand_class.value} replica {index + 1} of {target.replicas}: {target.reason}"
+    kind = _ROUND_CLASS_NAMES[demand_class]  # (``.value`` is a property call per read)
+    return f"{kind} replica {index + 1} of {target.replicas}: {target.reason}"
 
 
 def place_one(ws: Workspace, model_id: str, index: int, demand_class: DemandClass) -> Outcome:
-    dead = ws.dead.setdefault(model_id, {})
+    dead = ws.dead.get(model_id)
+    if dead is None:
+        dead = ws.dead[model_id] = {}
     choice = _search(ws, model_id, False, dead)
     codes = set(choice.codes)
     if choice.winner is None and _FAILURE_DOMAIN in codes:
