@@ -45,6 +45,9 @@ class FleetIndex:
         self.score_id: dict[str, int] = {}
         score_ids: dict[tuple[object, ...], int] = {}
         occupied: list[HostView] = []  # hosts with anything on them, in host id order
+        # what the fleet norms read: the first host of each score shape, and every host
+        # with learned facts (``occupied``), in host id order
+        norm_views: list[HostView] = []
         # one pass over the hosts builds every per-host index (measured: a pass of its
         # own per index costs about 1,000 instructions more per host)
         views, domain_of, new_capacity, base_free = (
@@ -63,14 +66,24 @@ class FleetIndex:
             max_models[host_id] = resources.max_models
             capacity = new_capacity[host_id] = view.new_capacity_mb
             base_free[host_id] = capacity - view.unmanaged_mb - view.live_managed_mb
-            score_id[host_id] = score_ids.setdefault(view.score_shape, len(score_ids))
+            found = score_ids.get(view.score_shape)
+            if found is None:
+                found = score_ids[view.score_shape] = len(score_ids)
+                norm_views.append(view)
+            elif view.learned:
+                norm_views.append(view)
+            score_id[host_id] = found
             if view.live or view.cached_digests or view.failures or view.learned:
                 occupied.append(view)
         self.host_ids: tuple[str, ...] = tuple(views)
         self.host_position: dict[str, int] = dict(
             zip(self.host_ids, range(len(self.host_ids)), strict=True)
         )
-        self.norms = FleetNorms.of(list(views.values()))
+        # the norms of every view, from fewer: a score shape holds the speed priors the
+        # norms take maxima of, and the first host of a shape is the first of its values
+        # in host order (so ties resolve as over all hosts); learned speeds are kept too
+        # (measured: about 0.15 M instructions fewer per cold 64x32 plan)
+        self.norms = FleetNorms.of(norm_views)
         self.exclusions = _reciprocal_exclusions(by_name)
         self.static = StaticEligibility(by_name, views)
         self.incumbents: dict[str, dict[str, LiveResidency]] = {m: {} for m in self.model_ids}
