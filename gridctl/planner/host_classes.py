@@ -331,12 +331,17 @@ def classes_of(ws: Workspace) -> HostClasses:
 def _special_hosts(ws: Workspace, model_id: str, dead: dict[str, RejectionCode]) -> set[str]:
     """Hosts where the model itself makes a host unlike its class-mates."""
     found = set(ws.special_hosts(model_id))
-    found.update(ws.resident_hosts(model_id))
-    found.update(dead)
+    resident = ws.resident_hosts(model_id)
+    if resident:
+        found.update(resident)
+    if dead:
+        found.update(dead)
     if ws.preemptions:
         found.update(h for h, m in ws.preemptions if m == model_id)
     if ws.classes is not None:
-        found.update(ws.classes.holders.get(model_id, ()))
+        held = ws.classes.holders.get(model_id)
+        if held:
+            found.update(held)
     return found
 
 
