@@ -32,14 +32,25 @@ from bisect import insort
 
 from gridctl.planner.fleet_index import StaticScore
 from gridctl.planner.rejections import Rejection, RejectionCode
-from gridctl.planner.scoring import DYNAMIC_MAX, score_with_dynamic
+from gridctl.planner.scoring import (
+    DYNAMIC_MAX,
+    FAILURE_DOMAIN,
+    Components,
+    best_fit,
+    round6,
+    score_with_dynamic,
+)
 from gridctl.planner.selection import (
     BEST_FIT_BOUND,
     BREAK,
+    FEASIBLE,
     REJECTED,
+    Candidate,
     Choice,
     Search,
+    Verdict,
     book_rejection,
+    first_rejection,
     visit,
 )
 from gridctl.planner.workspace import Workspace
@@ -47,6 +58,7 @@ from gridctl.planner.workspace import Workspace
 Signature = tuple[object, ...]
 
 _NONE: frozenset[str] = frozenset()
+_NEW_DOMAIN_PART: Components = (("failure_domain", FAILURE_DOMAIN),)
 
 
 class HostClasses:
@@ -68,6 +80,8 @@ class HostClasses:
         # the rejection a new replica met on a member of a class, by everything the
         # dynamic filters read of the replica (``filter_key``): models alike in it share it
         self.rejections: dict[tuple[object, ...], Rejection] = {}
+        # the ``filter_key``s a new replica on a member passed every dynamic filter with
+        self.passes: set[tuple[object, ...]] = set()
         self._by_alike: dict[str, dict[tuple[int, int], StaticScore]] = {}
         self._by_group: dict[tuple[object, ...], dict[tuple[int, int], StaticScore]] = {}
         # per model: hosts where it is planned or reserved (special to its searches)
@@ -190,6 +204,56 @@ class HostClasses:
             profile.max_colocated_models,
             ws.exclusions.get(model_id),
         )
+
+    def visit_member(
+        self,
+        search: Search,
+        host_id: str,
+        class_id: int,
+        new_domain: bool,
+        filters: tuple[object, ...],
+    ) -> Verdict:
+        """``visit(search, host_id, pruned)`` of a member of the class not special to the
+        model (a new placement, past the class's pruning) in a failure domain the model
+        does not use yet (``new_domain``) or not: the dynamic filters run only for a
+        ``filter_key`` not yet known to pass them, and the score is the class's."""
+        ws = self._ws
+        model_id = search.model_id
+        profile = ws.profiles[model_id]
+        choice = ws.new_runtime(model_id, host_id)
+        assert choice is not None  # (``filters``: a new runtime fits)
+        runtime, memory = choice
+        # (a member holds no cached weights of the model: those hosts are special)
+        disk = profile.artifact.size_mb or 0
+        view = ws.views[host_id]
+        ledger = ws.ledgers[host_id]
+        shaped = Candidate(
+            profile, host_id, view, ledger, runtime, memory, None, disk, search.relax_domains
+        )
+        if filters not in self.passes:
+            rejection = first_rejection(ws, shaped)
+            if rejection is not None:
+                return book_rejection(search, host_id, rejection)
+            self.passes.add(filters)
+        # ``selection.score``, from the class's static parts: the dynamic parts in order
+        (static_parts, _), value = self._by_alike[model_id][self.alike[class_id]]
+        capacity = ws.new_capacity[host_id]
+        dynamic: Components = ()
+        if new_domain:
+            value += FAILURE_DOMAIN
+            dynamic = _NEW_DOMAIN_PART
+        if capacity > 0:
+            fit = best_fit(ws.base_free[host_id] - ledger.new_mb - memory, capacity)
+            value += fit
+            dynamic += (("best_fit", fit),)
+        score = shaped.score = round6(value)
+        shaped.components = parts = static_parts + dynamic
+        self.quick_scores(model_id)[(class_id, new_domain)] = score
+        ws.explain.score(model_id, host_id, parts, score)
+        best = search.best
+        if best is None or score > best.score or (score == best.score and host_id < best.host_id):
+            search.best = shaped
+        return FEASIBLE
 
     def _id_of(self, host_id: str) -> int:
         signature = self._read(host_id)
@@ -504,7 +568,12 @@ def choose_by_class(
                     memo[host_id] = scores[alike[class_id]]
                 # past the class's own pruning (``quick`` is exactly the score the member
                 # would have): the host-by-host pruning would let it through too
-                verdict = visit(search, host_id, best is not None and quick is not None)
+                if filters is None:
+                    verdict = visit(search, host_id, best is not None and quick is not None)
+                else:
+                    verdict = classes.visit_member(
+                        search, host_id, class_id, domain is None, filters
+                    )
                 if verdict is REJECTED and search.rejection is not None:
                     rejected[(class_id, domain)] = search.rejection
                     if filters is not None and search.rejection.code in DYNAMIC_CODES:
