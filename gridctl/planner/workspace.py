@@ -32,7 +32,7 @@ from gridctl.planner.host_views import LiveResidency
 from gridctl.planner.ledgers import HostLedger
 from gridctl.planner.rejections import RejectionCode
 from gridctl.planner.runtimes import runtime_for_new_placement
-from gridctl.planner.scoring import Components, ScarcityIndex, static_components, total
+from gridctl.planner.scoring import Components, ScarcityIndex, round6, static_components
 from gridctl.planner.targets import ReplicaTarget
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -207,8 +207,10 @@ class Workspace:
                 need,
                 self.policy,
             )
-            raw = sum(value for _, value in parts)
-            found = self._static_by_shape[shape] = ((parts, total(parts)), raw)
+            raw: float = 0  # ``sum`` of the parts, in their order, without a generator
+            for _, value in parts:
+                raw += value
+            found = self._static_by_shape[shape] = ((parts, round6(raw)), raw)  # ``total``
         return found
 
     def _signature_of(self, model_id: str) -> tuple[float, float, float]:
