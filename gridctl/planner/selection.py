@@ -165,6 +165,41 @@ DYNAMIC_FILTERS: tuple[DynamicFilter, ...] = (
 )
 
 
+def passes_as_new(c: Candidate, ws: Workspace) -> bool:
+    """Whether a new replica (no incumbent) surely passes every filter of
+    ``DYNAMIC_FILTERS``, tested in one call: True only where each filter finds nothing;
+    False where one may reject (the chain then says which, and why).
+
+    Most new replicas pass, and the chain's six calls cost about 0.4 M of a cold 64x32
+    plan's instructions (measured)."""
+    ledger = c.ledger
+    name = c.profile.name
+    members = ledger.members()
+    limit = c.view.host.resources.max_models
+    if 0 < limit < len(members) + 1 and name not in members:
+        return False  # ``model_slots``
+    if (
+        c.host_id in ws.live_violations
+        or c.profile.max_colocated_models > 0
+        or ws.exclusions.get(name)
+        or not members.isdisjoint(ws.ceiling_models)
+    ):
+        return False  # ``colocation`` may reject
+    if (
+        not c.relax_domains
+        and ws.domain_of[c.host_id] in ws.domains[name]
+        and ws.needs_new_domain(name)
+    ):
+        return False  # ``failure_domain``
+    if c.disk_mb > 0:
+        free = ledger.disk_free_mb()
+        if free is None or c.disk_mb > free:
+            return False  # ``disk_admission``
+    if c.memory_mb + ws.policy.admission_headroom_mb > ledger.incremental_free_mb:
+        return False  # ``memory_incremental``
+    return c.memory_mb <= ledger.desired_free_mb  # ``memory_desired``
+
+
 def candidate_for(ws: Workspace, model_id: str, host_id: str) -> Candidate | Rejection:
     """Shape a candidate (runtime, footprint, incumbent, disk cost) or reject it outright."""
     profile = ws.profiles[model_id]
@@ -201,6 +236,8 @@ def evaluate(ws: Workspace, candidate: Candidate) -> Rejection | None:
 
 
 def first_rejection(ws: Workspace, candidate: Candidate) -> Rejection | None:
+    if candidate.incumbent is None and passes_as_new(candidate, ws):
+        return None
     for check in DYNAMIC_FILTERS:
         rejection = check(candidate, ws)
         if rejection is not None:
