@@ -198,9 +198,9 @@ def serve_router(port: int, engine: str, key: str) -> None:
     from gridctl.controller.registry import Registry
     from gridctl.controller.routerkeys import guard_router_route
     from gridctl.controller.serving import server_config
+    from gridctl.router.keepalive import KeepAliveUpstream
     from gridctl.router.proxy import Router, RouterContext
     from gridctl.router.telemetry import TelemetryTap
-    from gridctl.router.upstream import AiohttpUpstream
 
     registry = Registry(route_lease_seconds=1e9)
     registry.register(
@@ -234,7 +234,7 @@ def serve_router(port: int, engine: str, key: str) -> None:
     seen = [0]
     tap.add(lambda _obs: seen.__setitem__(0, seen[0] + 1))
     # the controller's own upstream to engines
-    upstream = AiohttpUpstream(ssl.create_default_context())
+    upstream = KeepAliveUpstream(ssl.create_default_context())
     router = Router(
         RouterContext(
             registry=registry,

@@ -52,10 +52,11 @@ from gridctl.credentials import (
 from gridctl.domain import DesiredState
 from gridctl.errors import GridctlError
 from gridctl.metrics import ControllerMetrics
+from gridctl.router.keepalive import KeepAliveUpstream
 from gridctl.router.proxy import Router, RouterContext
 from gridctl.router.telemetry import RequestObservation, TelemetryTap
 from gridctl.router.unbound import UnboundDirectory
-from gridctl.router.upstream import AiohttpUpstream, HttpxUpstream, Upstream
+from gridctl.router.upstream import HttpxUpstream, Upstream
 from gridctl.transport import base_url, is_loopback
 
 log = logging.getLogger(__name__)
@@ -106,8 +107,8 @@ class TlsOptions:
 
 def engine_transport(verify: ssl.SSLContext) -> httpx.AsyncBaseTransport:
     """The prober's connections to engines: httpx's interface (and its error types) over
-    aiohttp's connection pool and C parser (the proxy path calls aiohttp directly:
-    ``gridctl.router.upstream``). ``verify`` is used as is, so a trust bundle loaded into
+    aiohttp's connection pool and C parser (the proxy path has its own connections:
+    ``gridctl.router.keepalive``). ``verify`` is used as is, so a trust bundle loaded into
     it later applies to new connections."""
     return AiohttpTransport(verify=verify, trust_env=False)
 
@@ -462,12 +463,12 @@ class ControllerService:
             timeout=httpx.Timeout(600.0, connect=5.0),
         )
         self.upstream = upstream  # probes (and the router, on a test's transport)
-        # the proxy path calls aiohttp directly (see gridctl.router.upstream); a test's
+        # the proxy path has its own connections (gridctl.router.keepalive); a test's
         # transport stands in for every engine on both
         engines: Upstream = (
             HttpxUpstream(upstream)
             if self.options.upstream_transport is not None
-            else AiohttpUpstream(self._engine_context)
+            else KeepAliveUpstream(self._engine_context)
         )
         router = Router(
             RouterContext(

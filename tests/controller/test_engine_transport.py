@@ -1,5 +1,5 @@
 """The controller's connections to engines over real HTTPS: the router's
-(``AiohttpUpstream``) and the prober's (``serving.engine_transport``).
+(``KeepAliveUpstream``) and the prober's (``serving.engine_transport``).
 
 An engine child serves HTTPS with a certificate from the fleet CA; both must
 refuse one they cannot verify, send the body and headers through unchanged, keep the
@@ -25,7 +25,8 @@ import pytest
 
 from gridctl.controller.serving import engine_transport
 from gridctl.fleetca import FleetCA
-from gridctl.router.upstream import AiohttpUpstream, HttpxUpstream, Upstream, UpstreamError
+from gridctl.router.keepalive import KeepAliveUpstream
+from gridctl.router.upstream import HttpxUpstream, Upstream, UpstreamError
 
 
 class Echo(BaseHTTPRequestHandler):
@@ -74,7 +75,7 @@ def https_engine(ca: FleetCA) -> Iterator[str]:
 
 def upstream(kind: str, verify: ssl.SSLContext) -> Upstream:
     if kind == "router":
-        return AiohttpUpstream(verify)
+        return KeepAliveUpstream(verify)
     return HttpxUpstream(httpx.AsyncClient(transport=engine_transport(verify), timeout=30))
 
 

@@ -27,9 +27,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from gridctl.controller.registry import Registry
+from gridctl.router.keepalive import KeepAliveUpstream
 from gridctl.router.proxy import Router, RouterContext
 from gridctl.router.telemetry import TelemetryTap
-from gridctl.router.upstream import AiohttpUpstream, Upstream
+from gridctl.router.upstream import Upstream
 
 MODEL = "m"
 SHA = "ab" * 32
@@ -207,7 +208,7 @@ class RouterRig:
         registry = Registry(route_lease_seconds=1e9)
         clock = Clock()
         tap = TelemetryTap()
-        upstream = AiohttpUpstream(ssl.create_default_context())  # as the controller's
+        upstream = KeepAliveUpstream(ssl.create_default_context())  # as the controller's
         router = Router(
             RouterContext(
                 registry=registry,
