@@ -145,8 +145,8 @@ def choose(
     An affinity key may pick any route within ``affinity_slack`` (the policy's
     ``affinity_route_slack``, a fraction) of the best estimate."""
     open_routes = [c for c in candidates if c.admissible]
-    if not open_routes:
-        return None
+    if len(open_routes) <= 1:  # nothing to rank (the usual case: one replica)
+        return open_routes[0].route if open_routes else None
     best_class = min(c.route.protection_class for c in open_routes)
     ranked = score([c for c in open_routes if c.route.protection_class == best_class], tokens)
     if affinity is not None and len(ranked) > 1:
