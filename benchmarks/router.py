@@ -195,6 +195,7 @@ def serve_router(port: int, engine: str, key: str) -> None:
     import uvicorn
     from starlette.applications import Starlette
 
+    from gridctl.controller.proxyfront import ProxyFront
     from gridctl.controller.registry import Registry
     from gridctl.controller.routerkeys import guard_router_route
     from gridctl.controller.serving import server_config
@@ -255,6 +256,7 @@ def serve_router(port: int, engine: str, key: str) -> None:
         await upstream.aclose()  # as the controller's lifespan closes it
 
     app = Starlette(routes=routes, lifespan=lifespan)
+    app.add_middleware(ProxyFront, router=router, check=lambda _request: (None, None))
     uvicorn.Server(server_config(app, "127.0.0.1", port, lifespan="on")).run()
 
 

@@ -25,32 +25,43 @@ from gridctl.transport import is_loopback
 ClientCheck = Callable[[Any], tuple[str | None, str | None]]  # request -> (key id, refusal)
 
 
+def guard_router_request(
+    request: Request, check: ClientCheck, is_operator: OperatorCheck = lambda _request: False
+) -> Response | None:
+    """The refusal for a ``/v1`` request (a 401 in the OpenAI error shape, or the
+    evaluation marker's 400/403), or None after attaching the key id and the marker
+    to ``request.state``."""
+    key_id, refusal = check(request)
+    if refusal is not None:
+        return JSONResponse(
+            {
+                "error": {
+                    "message": refusal,
+                    "type": "invalid_request_error",
+                    "code": "invalid_api_key",
+                    "param": None,
+                }
+            },
+            status_code=401,
+        )
+    marked = evaluation_marker(request, is_operator)
+    if isinstance(marked, Response):
+        return marked
+    request.state.router_client = key_id
+    request.state.evaluation = marked
+    return None
+
+
 def guard_router_route(
     route: Route, check: ClientCheck, is_operator: OperatorCheck = lambda _request: False
 ) -> Route:
-    """``route`` behind the router key check (a 401 in the OpenAI error shape) and the
-    evaluation marker check (a 403 unless ``is_operator``)."""
+    """``route`` behind ``guard_router_request``."""
     inner = route.endpoint
 
     async def endpoint(request: Request) -> Response:
-        key_id, refusal = check(request)
-        if refusal is not None:
-            return JSONResponse(
-                {
-                    "error": {
-                        "message": refusal,
-                        "type": "invalid_request_error",
-                        "code": "invalid_api_key",
-                        "param": None,
-                    }
-                },
-                status_code=401,
-            )
-        marked = evaluation_marker(request, is_operator)
-        if isinstance(marked, Response):
-            return marked
-        request.state.router_client = key_id
-        request.state.evaluation = marked
+        refused = guard_router_request(request, check, is_operator)
+        if refused is not None:
+            return refused
         response: Response = await inner(request)
         return response
 

@@ -31,6 +31,7 @@ from gridctl.controller.control import Controller
 from gridctl.controller.desired import ApiDesired, DesiredProvider
 from gridctl.controller.joining import FleetIdentity
 from gridctl.controller.onewrite import OneWriteHttpToolsProtocol
+from gridctl.controller.proxyfront import ProxyFront
 from gridctl.controller.reading import SourceOptions, make_reader
 from gridctl.controller.registry import Registry
 from gridctl.controller.routerkeys import guard_router_route, serving_names
@@ -509,6 +510,13 @@ class ControllerService:
             save_external=self._save_external,
             node_extras=self._node_extras,
         ).build()
+        # the forwarded POSTs skip the routing and exception layers (same guard, same router)
+        app.add_middleware(
+            ProxyFront,
+            router=router,
+            check=self._router_client,
+            is_operator=self._presents_operator,
+        )
 
         @contextlib.asynccontextmanager
         async def lifespan(_app: Starlette) -> AsyncIterator[None]:

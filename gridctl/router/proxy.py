@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -48,6 +48,12 @@ ADMISSION_WAIT_SECONDS = 30.0
 MAX_WAITING_PER_MODEL = 512
 DEFAULT_POLICY = ControllerPolicy()
 CLIENT_GONE = 499  # neutral for the breaker: the caller left, not the engine's fault
+# the POST endpoints forwarded to engines, and the endpoint name profiles declare
+FORWARDED = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completions",
+    "/v1/embeddings": "embeddings",
+}
 
 
 def openai_error(status: int, message: str, kind: str, code: str | None = None) -> JSONResponse:
@@ -105,9 +111,14 @@ class Router:
     def routes(self) -> list[Route]:
         return [
             Route("/v1/models", self.list_models, methods=["GET"]),
-            Route("/v1/chat/completions", self.chat, methods=["POST"]),
-            Route("/v1/completions", self.completions, methods=["POST"]),
-            Route("/v1/embeddings", self.embeddings, methods=["POST"]),
+            *(
+                Route(
+                    path,
+                    functools.partial(self.forward, endpoint=endpoint, path=path),
+                    methods=["POST"],
+                )
+                for path, endpoint in FORWARDED.items()
+            ),
         ]
 
     async def list_models(self, request: Request) -> Response:
@@ -118,16 +129,8 @@ class Router:
         ]
         return JSONResponse({"object": "list", "data": data})
 
-    async def chat(self, request: Request) -> Response:
-        return await self._forward(request, "chat", "/v1/chat/completions")
-
-    async def completions(self, request: Request) -> Response:
-        return await self._forward(request, "completions", "/v1/completions")
-
-    async def embeddings(self, request: Request) -> Response:
-        return await self._forward(request, "embeddings", "/v1/embeddings")
-
-    async def _forward(self, request: Request, endpoint: str, path: str) -> Response:
+    async def forward(self, request: Request, endpoint: str, path: str) -> Response:
+        """Answer one POST to ``path``, an endpoint of ``FORWARDED`` named ``endpoint``."""
         started = time.monotonic()
         try:
             body = await read_bounded(request, MAX_BODY_BYTES)
@@ -400,20 +403,18 @@ class Router:
             self._attribute(route, time.monotonic() - sent, tokens)
         # observed once the answer is written, so the telemetry worker's wake-up (a
         # thread switch, a contended interpreter lock) never sits before the caller's bytes
-        observed = BackgroundTask(
-            _now,
-            observe,
-            "ok" if ok else "error",
-            response.status,
-            route.host_id,
-            tokens or 0,
-            sha=route.artifact_sha256,
-        )
-        return Response(
+        return WholeAnswer(
             content,
-            status_code=response.status,
-            media_type=response.content_type or "application/json",
-            background=observed,
+            response.status,
+            response.content_type or "application/json",
+            functools.partial(
+                observe,
+                "ok" if ok else "error",
+                response.status,
+                route.host_id,
+                tokens or 0,
+                sha=route.artifact_sha256,
+            ),
         )
 
     def _attribute(self, route: EngineRoute, seconds: float, tokens: int | None) -> None:
@@ -422,10 +423,32 @@ class Router:
         )
 
 
-async def _now(call: Callable[..., None], *args: Any, **kwargs: Any) -> None:
-    """``call`` on the loop (a plain function as a ``BackgroundTask`` runs on a worker
-    thread: a thread hand-off per request)."""
-    call(*args, **kwargs)
+class WholeAnswer(Response):
+    """An engine's whole answer, relayed as is; ``after`` (its observation) runs on the
+    loop once the body is handed to the server. A ``Response`` with a ``BackgroundTask``
+    did the same with more work per request (its headers built from a mapping, the
+    task's callable inspected, a plain function sent to a worker thread)."""
+
+    def __init__(
+        self, content: bytes, status: int, media_type: str, after: Callable[[], None]
+    ) -> None:
+        if media_type.startswith("text/") and "charset=" not in media_type.lower():
+            media_type += "; charset=utf-8"
+        self.body = content
+        self.status_code = status
+        self.media_type = media_type
+        self.background = None
+        self.raw_headers = [(b"content-type", media_type.encode("latin-1"))]
+        if status >= 200 and status not in (204, 304):
+            self.raw_headers.append((b"content-length", str(len(content)).encode("latin-1")))
+        self._after = after
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+        await send({"type": "http.response.body", "body": self.body})
+        self._after()
 
 
 def observation(

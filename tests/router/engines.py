@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from gridctl.controller.proxyfront import ProxyFront
 from gridctl.controller.registry import Registry
 from gridctl.router.keepalive import KeepAliveUpstream
 from gridctl.router.proxy import Router, RouterContext
@@ -231,7 +232,8 @@ class RouterRig:
         self.registry.forget(engine.name)
 
     def client(self) -> httpx.AsyncClient:
-        app = Starlette(routes=self.router.routes())
+        app = Starlette(routes=self.router.routes())  # the forwarded POSTs as the controller's
+        app.add_middleware(ProxyFront, router=self.router, check=lambda _request: (None, None))
         return httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app), base_url="http://router", timeout=30
         )

@@ -42,3 +42,19 @@ async def test_declared_endpoints_are_routed(engines: MakeEngine) -> None:
         completed = await client.post("/v1/completions", json={"model": MODEL, "prompt": "hi"})
         assert (embedded.status_code, completed.status_code) == (200, 200)
     assert engine.posts == 2
+
+
+@pytest.mark.anyio
+async def test_other_methods_and_paths_go_on_to_the_routes(engines: MakeEngine) -> None:
+    """``ProxyFront`` answers only POSTs to the forwarded paths; the routes answer the rest
+    as before (a 405 for another method, a redirect for a trailing slash)."""
+    engine = engines("front")
+    rig = RouterRig.build()
+    rig.add(engine)
+    async with rig.client() as client:
+        assert (await client.get("/v1/chat/completions")).status_code == 405
+        assert (await client.post("/v1/chat/completions/")).status_code == 307  # as before
+        assert (await client.post("/v1/models")).status_code == 405
+        assert (await client.get("/v1/models")).json()["data"][0]["id"] == MODEL
+        assert (await chat(client)).status_code == 200
+    assert engine.posts == 1
