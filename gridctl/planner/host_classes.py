@@ -160,23 +160,21 @@ class HostClasses:
             found = self._quick[model_id] = {}
         return found
 
-    def quick(self, model_id: str, class_id: int, host_id: str, new_domain: bool) -> float | None:
+    def quick(
+        self, model_id: str, class_id: int, host_id: str, footprint: int | None, new_domain: bool
+    ) -> float | None:
         """``new_placement_score`` of any member of the class in a failure domain the model
-        uses (``new_domain`` False) or not, kept in ``quick_scores`` (the signature fixes
-        everything else it reads)."""
+        uses (``new_domain`` False) or not (the signature fixes everything else it reads),
+        given the model's ``new_footprint`` there."""
+        if footprint is None:  # (a class member holds no replica of the model)
+            return None
         ws = self._ws
-        footprint = ws.new_footprint(model_id, host_id)
-        found: float | None = None
-        if footprint is not None:  # a class member holds no replica of the model
-            raw = self._by_alike[model_id][self.alike[class_id]][1]
-            found = score_with_dynamic(
-                raw,
-                new_domain,
-                ws.base_free[host_id] - ws.ledgers[host_id].new_mb - footprint,
-                ws.new_capacity[host_id],
-            )
-        self.quick_scores(model_id)[(class_id, new_domain)] = found
-        return found
+        return score_with_dynamic(
+            self._by_alike[model_id][self.alike[class_id]][1],
+            new_domain,
+            ws.base_free[host_id] - ws.ledgers[host_id].new_mb - footprint,
+            ws.new_capacity[host_id],
+        )
 
     def filter_key(
         self, model_id: str, class_id: int, host_id: str, domain: str | None, relax: bool
@@ -522,7 +520,9 @@ def choose_by_class(
     # the rejection a stream's first visit met, by (class, used domain or None)
     rejected: dict[tuple[int, str | None], Rejection] = {}
     quick_score = classes.quick
-    quick_of = classes.quick_scores(model_id)
+    quick_of = classes.quick_scores(model_id)  # (class, new domain) -> ``quick``
+    footprints = ws.footprints(model_id)
+    shape_of = ws.static.shape_of
     while top < len(queue):
         key, host_id, at, members, class_id, domain = queue[top]
         best = search.best
@@ -549,7 +549,14 @@ def choose_by_class(
                 if kind in quick_of:
                     quick = quick_of[kind]
                 else:
-                    quick = quick_score(model_id, class_id, host_id, kind[1])
+                    host_shape = shape_of[host_id]
+                    if host_shape in footprints:  # ``new_footprint``, without the call
+                        footprint = footprints[host_shape]
+                    else:
+                        footprint = ws.new_footprint(model_id, host_id)
+                    quick = quick_of[kind] = quick_score(
+                        model_id, class_id, host_id, footprint, kind[1]
+                    )
                 if quick is not None and (
                     quick < best.score or (quick == best.score and host_id > best.host_id)
                 ):
