@@ -84,7 +84,8 @@ class HostClasses:
         self.passes: set[tuple[object, ...]] = set()
         self._by_alike: dict[str, dict[tuple[int, int], StaticScore]] = {}
         self._by_group: dict[tuple[object, ...], dict[tuple[int, int], StaticScore]] = {}
-        # per model: hosts where it is planned or reserved (special to its searches)
+        # per model: hosts where it is reserved (special to its searches, as are the hosts
+        # it is planned on, which ``ws.assignments`` lists)
         self.holders: dict[str, set[str]] = {}
         self._held: dict[str, frozenset[str]] = {}
         # per host: a number for what the signature reads of its view (fixed for the plan),
@@ -106,8 +107,8 @@ class HostClasses:
         by_domain = self.by_domain
         for host_id in ws.host_ids:
             ledger = ledgers[host_id]
-            if ledger.assigned or ledger.reserved or ledger.new_models:
-                self._hold(host_id)  # (on an empty host it would find nothing to index)
+            if ledger.reserved:
+                self._hold(host_id)
             if views[host_id].admission is not None:
                 continue  # it takes nothing new: never eligible for any model
             signature = self._read(host_id)
@@ -262,10 +263,8 @@ class HostClasses:
         return found
 
     def _hold(self, host_id: str) -> None:
-        """Index which models are planned or reserved on the host."""
-        ledger = self._ws.ledgers[host_id]
-        # (a ledger's new models are among its assigned ones)
-        held = ledger.assigned | ledger.reserved if ledger.reserved else ledger.assigned
+        """Index which models are reserved on the host."""
+        held = self._ws.ledgers[host_id].reserved
         before = self._held.get(host_id, _NONE)
         if held == before:
             return
@@ -319,8 +318,10 @@ class HostClasses:
     def refresh(self) -> None:
         """Move every host whose ledger changed into the class its new state belongs to."""
         journal = self._ws.journal
+        ledgers = self._ws.ledgers
         for host_id in sorted(journal) if len(journal) > 1 else journal:
-            self._hold(host_id)
+            if ledgers[host_id].reserved or host_id in self._held:
+                self._hold(host_id)
             old = self._class.get(host_id)
             if old is None:
                 continue
@@ -400,6 +401,9 @@ def _special_hosts(ws: Workspace, model_id: str, dead: dict[str, RejectionCode])
         found.update(dead)
     if ws.preemptions:
         found.update(h for h, m in ws.preemptions if m == model_id)
+    planned = ws.assignments[model_id]
+    if planned:
+        found.update(planned)
     if ws.classes is not None:
         held = ws.classes.holders.get(model_id)
         if held:
