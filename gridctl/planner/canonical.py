@@ -63,11 +63,29 @@ _string = encode_basestring_ascii
 # per dataclass type, its generated encoder: bounded by the types, a pure function of each
 _ENCODERS: dict[type, _Encoder] = {}
 _ENUM_TEXT: dict[int, tuple[Enum, str]] = {}  # JSON text of enum members seen, by identity
+# The text of each tuple of one or two strings written so far by the call in progress
+# (``canonical_text``, ``input_digest``), emptied when it returns: a fleet's hosts and
+# profiles repeat a few runtimes, backends and tags. A tuple of exact strings equals
+# another exactly when their texts are equal, so the memo is exact; a hit costs about
+# 800 instructions fewer than writing the text (measured on the benchmark's cold 64x32
+# digest: 0.17 M instructions fewer).
+_NAMES: dict[tuple[str, ...], str] = {}
+
+
+def _names_text(value: tuple[str, ...]) -> str:
+    """The text of a tuple of strings, remembered in ``_NAMES``."""
+    texts = [_string(v) for v in value]
+    texts.sort()
+    text = _NAMES[value] = "[" + ",".join(texts) + "]"
+    return text
 
 
 def canonical_text(value: object) -> str:
     """``dumps(canonical(value))``, built in one pass without re-serialising sort keys."""
-    return _text(value)
+    try:
+        return _text(value)
+    finally:
+        _NAMES.clear()
 
 
 def _text(value: Any) -> str:
@@ -161,6 +179,7 @@ def _generated_encoder(kind: type) -> _Encoder:
         return _fields_loop
     hints = _type_hints(kind)
     scope: dict[str, Any] = {"_text": _text, "_string": _string, "_EMPTY": ()}
+    scope.update(_NAMES=_NAMES, _names_text=_names_text)
     lines = ["def encode(v):"]
     parts = []
     for i, f in enumerate(fields):
@@ -236,23 +255,14 @@ def _type_clauses(hint: Any, scope: dict[str, Any], x: str) -> list[tuple[str, s
 
 
 def _tuple_clauses(item: Any, scope: dict[str, Any], x: str) -> list[tuple[str, str]]:
-    """Tuples written without a call: one or two strings, or every member of an enum in
-    order (tested member by member: ``map`` and ``all`` over them cost about 2,000
-    instructions more per value, measured)."""
+    """Tuples written without a call: one or two strings (remembered in ``_NAMES``), or
+    every member of an enum in order (tested member by member: ``map`` and ``all`` over
+    them cost about 2,000 instructions more per value, measured)."""
     if item is str:
         one = f"type({x}) is tuple and len({x}) == 1 and type({x}[0]) is str"
         two = f"type({x}) is tuple and len({x}) == 2 and type({x}[0]) is str is type({x}[1])"
-        # two texts in order (what the sort of ``_list_text`` gives), about 2,500
-        # instructions fewer than the call that sorts a list of them
-        first, second = f"{x}_first", f"{x}_second"
-        texts = f"{first} = _string({x}[0]); {second} = _string({x}[1])"
-        pair = f"f'[{{{first}}},{{{second}}}]'"
-        swapped = f"f'[{{{second}}},{{{first}}}]'"
-        ordered = f"{swapped} if {second} < {first} else {pair}"
-        return [
-            (one, f"{x} = f'[{{_string({x}[0])}}]'"),
-            (two, f"{texts}; {x} = {ordered}"),
-        ]
+        remembered = f"{x} = _NAMES.get({x}) or _names_text({x})"
+        return [(one, remembered), (two, remembered)]
     if isinstance(item, type) and issubclass(item, Enum):
         members = tuple(item)  # each member once, in definition order
         if members and all(_constant(m) for m in members):
@@ -386,6 +396,19 @@ def input_digest(
     texts: InputTexts | None = None,
 ) -> str:
     """SHA-256 of the canonical serialisation of every planning input."""
+    try:
+        text = _inputs_text(profiles, snapshot, policy, texts)
+    finally:
+        _NAMES.clear()
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def _inputs_text(
+    profiles: Sequence[ModelProfile],
+    snapshot: FleetSnapshot,
+    policy: ControllerPolicy,
+    texts: InputTexts | None,
+) -> str:
     if texts is None:
         policy_text = _text(policy)
         profiles_text = _list_text(profiles)
@@ -394,8 +417,7 @@ def input_digest(
         policy_text = texts.text(policy)
         profiles_text = texts.text(list(profiles))
         snapshot_text = texts.fields_text(snapshot)
-    text = f'{{"policy":{policy_text},"profiles":{profiles_text},"snapshot":{snapshot_text}}}'
-    return hashlib.sha256(text.encode("ascii")).hexdigest()
+    return f'{{"policy":{policy_text},"profiles":{profiles_text},"snapshot":{snapshot_text}}}'
 
 
 def plan_to_json(plan: Plan) -> dict[str, JsonValue]:
