@@ -472,15 +472,15 @@ class Registry:
                 residency = next((r for r in record.residencies if r.model_id == model_id), None)
                 if residency is None or residency.state is not ResidencyState.READY:
                     continue
-                result.append(
-                    replace(
-                        route,
-                        concurrency_multiplier=record.concurrency_multiplier,
-                        protection_class=0 if record.state is HostState.ACCEPTING else 1,
-                        queue_depth=record.queue_depth,
-                        lease_at=record.last_heartbeat,
-                    )
-                )
+                # a copy of every field (``dataclasses.replace`` costs five times as much, and
+                # this runs for every proxied request)
+                routed = object.__new__(EngineRoute)
+                routed.__dict__.update(route.__dict__)
+                routed.concurrency_multiplier = record.concurrency_multiplier
+                routed.protection_class = 0 if record.state is HostState.ACCEPTING else 1
+                routed.queue_depth = record.queue_depth
+                routed.lease_at = record.last_heartbeat
+                result.append(routed)
             return sorted(result, key=lambda r: r.host_id)
 
     def routable_on(self, host_id: str, now: float) -> list[EngineRoute]:

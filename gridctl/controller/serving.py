@@ -117,7 +117,7 @@ def engine_transport(verify: ssl.SSLContext) -> httpx.AsyncBaseTransport:
 def server_config(app: Starlette, host: str, port: int, **options: Any) -> uvicorn.Config:
     """How the controller serves HTTP (``benchmarks/router.py`` serves the router so too):
     uvicorn on httptools, each response in one write, no access log (never printed at
-    the warning level), and a short interpreter switch interval."""
+    the warning level), no proxy-header layer, and a short interpreter switch interval."""
     # the tick thread holds the interpreter lock while it gathers inputs and commits
     # (and for whole planning passes when it plans in process); a short switch
     # interval hands it back to the serving loop soon after each socket read
@@ -129,6 +129,7 @@ def server_config(app: Starlette, host: str, port: int, **options: Any) -> uvico
         http=OneWriteHttpToolsProtocol,
         log_level="warning",
         access_log=False,
+        proxy_headers=False,  # no client address is read, and none is taken from a header
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
         **options,
     )

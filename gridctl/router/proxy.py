@@ -156,7 +156,6 @@ class Router:
             return openai_error(400, "'model' is required", "invalid_request_error", "model")
         stream = bool(payload.get("stream", False))
         now = self.ctx.clock()
-        features = request_features(endpoint, payload, len(body))
         session = self.affinity_digest(request)
         queued = self._waiting.get(model, 0)
         waited = [0.0]
@@ -177,7 +176,7 @@ class Router:
                     outcome,
                     status,
                     time.monotonic() - started,
-                    features,
+                    request_features(endpoint, payload, len(body)),  # off the request's path
                     queue_depth=queued,
                     units_out=units_out,
                     session=affinity.session_token(session),
@@ -393,28 +392,30 @@ class Router:
         if status is None:
             observe("error", 502, route.host_id, sha=route.artifact_sha256)
             return openai_error(502, f"upstream engine on {route.host_id} failed", "upstream_error")
-        ok = response.status < 400
-        tokens = None
-        if ok:
-            try:
-                tokens = completion_tokens(json.loads(content))
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                tokens = None
-            self._attribute(route, time.monotonic() - sent, tokens)
-        # observed once the answer is written, so the telemetry worker's wake-up (a
-        # thread switch, a contended interpreter lock) never sits before the caller's bytes
-        return WholeAnswer(
-            content,
-            response.status,
-            response.content_type or "application/json",
-            functools.partial(
-                observe,
+        seconds = time.monotonic() - sent
+
+        def settle() -> None:
+            """Learn from the answer once it is written (nothing here delays its bytes)."""
+            ok = response.status < 400
+            tokens = None
+            if ok:
+                try:
+                    tokens = completion_tokens(json.loads(content))
+                except (json.JSONDecodeError, UnicodeDecodeError):
+                    tokens = None
+                self._attribute(route, seconds, tokens)
+            # the telemetry worker's wake-up (a thread switch, a contended interpreter
+            # lock) never sits before the caller's bytes
+            observe(
                 "ok" if ok else "error",
                 response.status,
                 route.host_id,
                 tokens or 0,
                 sha=route.artifact_sha256,
-            ),
+            )
+
+        return WholeAnswer(
+            content, response.status, response.content_type or "application/json", settle
         )
 
     def _attribute(self, route: EngineRoute, seconds: float, tokens: int | None) -> None:
@@ -424,10 +425,10 @@ class Router:
 
 
 class WholeAnswer(Response):
-    """An engine's whole answer, relayed as is; ``after`` (its observation) runs on the
-    loop once the body is handed to the server. A ``Response`` with a ``BackgroundTask``
-    did the same with more work per request (its headers built from a mapping, the
-    task's callable inspected, a plain function sent to a worker thread)."""
+    """An engine's whole answer, relayed as is; ``after`` (what the router learns from
+    it, and its observation) runs on the loop once the body is handed to the server. A
+    ``Response`` with a ``BackgroundTask`` did the same with more work per request (its
+    headers built from a mapping, the task's callable inspected)."""
 
     def __init__(
         self, content: bytes, status: int, media_type: str, after: Callable[[], None]
@@ -444,11 +445,17 @@ class WholeAnswer(Response):
         self._after = after
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        await send(
-            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
-        )
-        await send({"type": "http.response.body", "body": self.body})
-        self._after()
+        try:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": self.status_code,
+                    "headers": self.raw_headers,
+                }
+            )
+            await send({"type": "http.response.body", "body": self.body})
+        finally:
+            self._after()  # learnt and observed even when the caller left
 
 
 def observation(
