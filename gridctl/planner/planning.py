@@ -70,6 +70,7 @@ def plan_placement(
 
 
 _NO_FLEET = FleetFacts(ready=0, recent_ready=0, startup_seconds=None)
+_READY = ResidencyState.READY  # read per incumbent: a module name, not ``EnumType.__getattr__``
 _new_tuple = tuple.__new__
 
 
@@ -87,7 +88,7 @@ def fleet_facts(ws: Workspace, model_id: str) -> FleetFacts:
     horizon = ws.now - profile.scale_down_cooldown_seconds
     incumbents = {h: row for h, row in ws.incumbents[model_id].items() if h in eligible}
     for row in incumbents.values():
-        if row.residency.state is ResidencyState.READY:
+        if row.residency.state is _READY:
             ready += 1
             stamps = [t for t in (row.residency.loaded_at, row.residency.last_used_at) if t]
             if stamps and max(stamps) >= horizon:
