@@ -31,7 +31,7 @@ from gridctl.controller.registry import EngineRoute, Registry
 from gridctl.domain import ControllerPolicy
 from gridctl.errors import WireError
 from gridctl.router import affinity
-from gridctl.router.attribution import Attribution
+from gridctl.router.attribution import NO_ESTIMATE, Attribution
 from gridctl.router.breakers import Breakers, BreakerTunables, CircuitKey
 from gridctl.router.choosing import Candidate, choose, token_hint
 from gridctl.router.features import RequestFeatures, request_features
@@ -228,6 +228,8 @@ class Router:
 
     def _candidates(self, model: str) -> list[Candidate]:
         registry, now = self.ctx.registry, self.ctx.clock()
+        routes = registry.routable(model, now)
+        ranked = len(routes) > 1  # a lone route is chosen without its estimate
         return [
             Candidate(
                 route,
@@ -235,18 +237,21 @@ class Router:
                 circuit_open=not self.breakers.available(circuit_key(route)),
                 estimate=self.attribution.estimate(
                     route.host_id, route.model_id, route.artifact_sha256
-                ),
+                )
+                if ranked
+                else NO_ESTIMATE,
                 lease_age=max(0.0, now - route.lease_at),
             )
-            for route in registry.routable(model, now)
+            for route in routes
         ]
 
     def _try_admit(
         self, model: str, tokens: int | None, session: bytes | None
     ) -> EngineRoute | None:
         """Choose and claim a slot in one step (no await in between, so no race)."""
-        slack = self.ctx.policy().affinity_route_slack
-        self.attribution.configure(self.ctx.policy().attribution_full_samples)
+        policy = self.ctx.policy()
+        slack = policy.affinity_route_slack
+        self.attribution.configure(policy.attribution_full_samples)
         for _ in range(4):  # a lost half-open probe race re-chooses
             route = choose(
                 self._candidates(model), tokens=tokens, affinity=session, affinity_slack=slack
