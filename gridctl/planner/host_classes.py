@@ -78,9 +78,10 @@ class HostClasses:
         # per model: quick scores by (class, whether in a failure domain it does not use)
         self._quick: dict[str, dict[tuple[int, bool], float | None]] = {}
         # the rejection a new replica met on a member of a class, by everything the
-        # dynamic filters read of the replica (``filter_key``): models alike in it share it
+        # dynamic filters read of the replica (its filter key, built in ``choose_by_class``):
+        # models alike in it share it
         self.rejections: dict[tuple[object, ...], Rejection] = {}
-        # the ``filter_key``s a new replica on a member passed every dynamic filter with
+        # the filter keys a new replica on a member passed every dynamic filter with
         self.passes: set[tuple[object, ...]] = set()
         self._by_alike: dict[str, dict[tuple[int, int], StaticScore]] = {}
         self._by_group: dict[tuple[object, ...], dict[tuple[int, int], StaticScore]] = {}
@@ -163,33 +164,6 @@ class HostClasses:
             found = self._quick[model_id] = {}
         return found
 
-    def filter_key(
-        self, model_id: str, class_id: int, host_id: str, domain: str | None, relax: bool
-    ) -> tuple[object, ...] | None:
-        """Everything the dynamic filters read of a new replica on a member of the class
-        in ``domain`` (None: a domain the model does not use yet), beside the class's
-        signature: its footprint, artifact size, colocation rules and whether its
-        failure-domain minimum is met; None where it is not a new placement."""
-        ws = self._ws
-        footprints = ws.footprints(model_id)
-        shape = ws.static.shape_of[host_id]
-        footprint = (
-            footprints[shape] if shape in footprints else ws.new_footprint(model_id, host_id)
-        )
-        if footprint is None:
-            return None
-        profile = ws.profiles[model_id]
-        domain_free = domain is None or relax or not ws.needs_new_domain(model_id)
-        return (
-            class_id,
-            domain,
-            domain_free,
-            footprint,
-            profile.artifact.size_mb or 0,
-            profile.max_colocated_models,
-            ws.exclusions.get(model_id),
-        )
-
     def visit_member(
         self,
         search: Search,
@@ -201,7 +175,7 @@ class HostClasses:
         """``visit(search, host_id, pruned)`` of a member of the class not special to the
         model (a new placement, past the class's pruning) in a failure domain the model
         does not use yet (``new_domain``) or not: the dynamic filters run only for a
-        ``filter_key`` not yet known to pass them, and the score is the class's."""
+        filter key (``filters``) not yet known to pass them, and the score is the class's."""
         ws = self._ws
         model_id = search.model_id
         profile = ws.profiles[model_id]
@@ -514,6 +488,17 @@ def choose_by_class(
     capacity_of = ws.new_capacity
     footprints = ws.footprints(model_id)
     shape_of = ws.static.shape_of
+    # Everything the dynamic filters read of a new replica on a member of a class in a
+    # domain (None: one the model does not use yet), beside the class's signature: its
+    # footprint, artifact size, colocation rules and whether its failure-domain minimum
+    # is met (the filter key of ``HostClasses.rejections``). All but the class, the
+    # domain and the footprint are fixed for the search, so they are read once here
+    # (a method call per key cost about 0.1 M of a cold 64x32 plan, measured).
+    profile = ws.profiles[model_id]
+    domain_free = relax_domains or not ws.needs_new_domain(model_id)
+    artifact_mb = profile.artifact.size_mb or 0
+    colocated = profile.max_colocated_models
+    excluded = ws.exclusions.get(model_id)
     while top < len(queue):
         key, host_id, at, members, class_id, domain = queue[top]
         best = search.best
@@ -563,8 +548,21 @@ def choose_by_class(
             known = rejected.get((class_id, domain))
             filters: tuple[object, ...] | None = None
             if known is None:
-                filters = classes.filter_key(model_id, class_id, host_id, domain, relax_domains)
-                if filters is not None:
+                host_shape = shape_of[host_id]
+                if host_shape in footprints:  # ``new_footprint``, without the call
+                    footprint = footprints[host_shape]
+                else:
+                    footprint = ws.new_footprint(model_id, host_id)
+                if footprint is not None:  # a new placement: its filter key
+                    filters = (
+                        class_id,
+                        domain,
+                        domain is None or domain_free,
+                        footprint,
+                        artifact_mb,
+                        colocated,
+                        excluded,
+                    )
                     known = classes.rejections.get(filters)
                     if known is not None:
                         rejected[(class_id, domain)] = known
