@@ -9,10 +9,11 @@ load against both: 8 concurrent clients, each sending short chat completions
 (``max_tokens`` 8 by default). It prints p50/p99 latency per path, the added
 latency (router minus direct), and requests/s through both. A single-client pass
 measures the added latency without contention as well: one client alternates
-direct and routed requests one by one (``--pairs`` of them, 300 by default: the
+direct and routed requests one by one (``--pairs`` of them, 600 by default: the
 engine's own latency spreads by tens of ms), so a drift in the engine's latency
 (prompt cache, other processes on the cores) falls on both paths alike; it prints
-both p50s and the distribution of the paired differences. llama-server reports the
+both p50s, a bootstrap interval of their difference (how far one run's added p50 can
+be trusted) and the distribution of the paired differences. llama-server reports the
 prompt and generation time of each answer (``timings``), so the pass also prints each
 path's p50 latency outside that compute: the engine's spread cancels out of it, and
 the difference is what the router's hop adds.
@@ -39,6 +40,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import random
 import signal
 import socket
 import ssl
@@ -349,6 +351,26 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+def added_p50_interval(
+    direct: list[float], routed: list[float], resamples: int = 2000, seed: int = 0
+) -> tuple[float, float]:
+    """A 95% bootstrap interval, in ms, of ``median(routed) - median(direct)``: the
+    alternating pairs resampled with replacement (a pair keeps its two requests
+    together, as they shared a moment of the engine's drift). The engine's own spread
+    moves the difference of two p50s by about a ms between runs; the interval says how
+    far this run's figure can be trusted."""
+    rng = random.Random(seed)
+    count = len(direct)
+    differences = []
+    for _ in range(resamples):
+        picks = [rng.randrange(count) for _ in range(count)]
+        differences.append(
+            statistics.median([routed[i] for i in picks])
+            - statistics.median([direct[i] for i in picks])
+        )
+    return 1000 * pct(differences, 0.025), 1000 * pct(differences, 0.975)
+
+
 def report(name: str, direct: list[float], routed: list[float]) -> None:
     d50, r50 = statistics.median(direct) * 1000, statistics.median(routed) * 1000
     d99, r99 = pct(direct, 0.99) * 1000, pct(routed, 0.99) * 1000
@@ -365,7 +387,7 @@ def main() -> None:
     parser.add_argument(
         "--pairs",
         type=int,
-        default=300,
+        default=600,
         help="1-client requests per path (the engine's own latency spreads by tens of ms)",
     )
     parser.add_argument("--threads", type=int, default=2, help="llama-server threads")
@@ -403,6 +425,11 @@ def main() -> None:
             load(server, CLIENTS, 3)
         direct, routed_one, outside = alternate(engine, router, args.pairs)
         report("1 client ", direct, routed_one)
+        low, high = added_p50_interval(direct, routed_one)
+        print(
+            f"1 client : added p50, 95% bootstrap interval over {len(direct)} pairs: "
+            f"{low:+.2f} .. {high:+.2f} ms"
+        )
         if outside["direct"] and outside["router"]:
             d50 = statistics.median(outside["direct"]) * 1000
             r50 = statistics.median(outside["router"]) * 1000
