@@ -25,7 +25,9 @@ class HostState(StrEnum):
 
     @property
     def admits_new_work(self) -> bool:
-        return self in (HostState.ACCEPTING, HostState.THROTTLED)
+        # module names, not ``HostState.ACCEPTING``: each class attribute read of a member
+        # goes through ``EnumType.__getattr__`` (read for every proxied request)
+        return self is _ACCEPTING or self is _THROTTLED
 
 
 class ResidencyState(StrEnum):
@@ -41,11 +43,16 @@ class ResidencyState(StrEnum):
 
     @property
     def occupies_memory(self) -> bool:
-        return self not in (ResidencyState.CACHED,)
+        return self is not _CACHED
 
     @property
     def in_progress(self) -> bool:
-        return self in (ResidencyState.LOADING, ResidencyState.WARMING)
+        return self is _LOADING or self is _WARMING
+
+
+# members by module name, for the properties above (enum members are singletons)
+_ACCEPTING, _THROTTLED = HostState.ACCEPTING, HostState.THROTTLED
+_CACHED, _LOADING, _WARMING = ResidencyState.CACHED, ResidencyState.LOADING, ResidencyState.WARMING
 
 
 class Ownership(StrEnum):
