@@ -128,6 +128,17 @@ def _add_missing_columns(conn: sqlite3.Connection) -> None:
             conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
 
 
+# how long opening waits for another process holding the database (a busy handler
+# covers most waits; this covers the lock upgrades SQLite refuses at once)
+OPEN_BUSY_SECONDS = 30.0
+
+
+def _busy(exc: sqlite3.DatabaseError) -> bool:
+    """Whether SQLite refused because another connection holds the file (not corruption)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
 def quarantine_name(path: Path, now: float) -> Path:
     """``<name>.invalid-<utc>-<id>``: a unique, sortable name for a corrupt file."""
     stamp = datetime.fromtimestamp(now, tz=UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -143,8 +154,10 @@ class NodeStateStore:
         self.warnings: list[str] = []
         self._lock = threading.RLock()
         try:
-            self._conn = self._open()
+            self._conn = self._open_when_free()
         except sqlite3.DatabaseError as exc:
+            if _busy(exc):
+                raise  # another process held it past the deadline: in use, not corrupt
             moved = self._quarantine(time.time() if now is None else now)
             self.warnings.append(
                 f"node state database was unreadable ({exc}); moved to {moved.name}, started clean"
@@ -152,6 +165,22 @@ class NodeStateStore:
             self._conn = self._open()
 
     # --- opening and quarantine -------------------------------------------------------
+
+    def _open_when_free(self) -> sqlite3.Connection:
+        """``_open``, again while another process holds the file: the daemon and a CLI
+        command (``node start`` polling for registration, ``node status``) may open a
+        new database at the same instant, and SQLite answers one of them "database is
+        locked" at once (a lock upgrade it refuses rather than wait for). That is the
+        file in use, never a reason to move it aside: the daemon would go on writing to
+        the moved file while everyone else read an empty one."""
+        deadline = time.monotonic() + OPEN_BUSY_SECONDS
+        while True:
+            try:
+                return self._open()
+            except sqlite3.DatabaseError as exc:
+                if not _busy(exc) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.02)
 
     def _open(self) -> sqlite3.Connection:
         fresh = not self.path.exists()
@@ -169,14 +198,14 @@ class NodeStateStore:
             conn.execute("PRAGMA synchronous = FULL")
             conn.executescript(_SCHEMA)
             _add_missing_columns(conn)
+            # (OR IGNORE: a process opening the new file at the same time may have written it)
+            conn.execute(
+                "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
+                (str(SCHEMA_VERSION),),
+            )
             row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-            if row is None:
-                conn.execute(
-                    "INSERT INTO meta(key, value) VALUES ('schema_version', ?)",
-                    (str(SCHEMA_VERSION),),
-                )
-            elif row[0] != str(SCHEMA_VERSION):
-                raise sqlite3.DatabaseError(f"unknown node state schema version {row[0]}")
+            if row is None or row[0] != str(SCHEMA_VERSION):
+                raise sqlite3.DatabaseError(f"unknown node state schema version {row and row[0]}")
         except BaseException:
             conn.close()
             raise

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,44 @@ def test_sigkill_mid_writes_leaves_a_consistent_database(tmp_path: Path) -> None
     assert store.warnings == []
     rows = store.residencies()
     assert len(rows) == 50 and all(r.state is ResidencyState.READY for r in rows)
+
+
+_OPEN_AT_ONCE = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from gridctl.node.statestore import NodeStateStore
+    start = float(sys.argv[2])
+    while time.time() < start:  # every opener starts at the same instant
+        pass
+    store = NodeStateStore(Path(sys.argv[1]))
+    store.set_meta("opened-by", sys.argv[3])
+    print("|".join(store.warnings))
+    """
+)
+
+
+def test_processes_opening_a_new_database_at_once_never_quarantine_it(tmp_path: Path) -> None:
+    # `gridctl node start` polls the database the daemon it started is creating; SQLite
+    # refuses one of two openers at once ("database is locked") and both may write the
+    # schema version: neither is corruption, and moving the file aside left the daemon
+    # writing to the moved file while the CLI read a new, empty one
+    for attempt in range(12):
+        path = tmp_path / f"node-{attempt}.sqlite3"
+        start = f"{time.time() + 0.5:.6f}"
+        openers = [
+            subprocess.Popen(
+                [sys.executable, "-c", _OPEN_AT_ONCE, str(path), start, str(n)],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for n in range(4)
+        ]
+        warnings = [opener.communicate(timeout=120)[0].strip() for opener in openers]
+        assert [opener.returncode for opener in openers] == [0, 0, 0, 0]
+        assert warnings == ["", "", "", ""], warnings
+        assert not list(tmp_path.glob("*.invalid-*"))
+        store = NodeStateStore(path)
+        assert store.get_meta("schema_version") == "1"
+        assert store.get_meta("opened-by") in {"0", "1", "2", "3"}
+        store.close()
