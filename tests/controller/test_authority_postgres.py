@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -116,3 +119,51 @@ def test_a_url_with_a_password_is_refused() -> None:
         PostgresLocation("postgresql://gridctl:secret@127.0.0.1/x")
     with pytest.raises(Exception, match="postgresql://"):
         PostgresLocation("mysql://127.0.0.1/x")
+
+
+class _StoppedAfterLock:
+    """A lease session whose holder stops (SIGSTOP, a frozen VM) right after taking the
+    lease row's lock, inside its transaction, until ``resume`` is set."""
+
+    def __init__(self, conn: Any, stopped: threading.Event, resume: threading.Event) -> None:
+        self._conn, self._stopped, self._resume = conn, stopped, resume
+
+    def execute(self, sql: Any, *args: Any, **kwargs: Any) -> Any:
+        result = self._conn.execute(sql, *args, **kwargs)
+        if "FOR UPDATE" in str(sql):
+            self._stopped.set()
+            self._resume.wait(60)
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+def test_a_holder_stopped_inside_its_lease_transaction_does_not_block_failover(
+    pg_location: PostgresLocation,
+) -> None:
+    a = _lease(pg_location, "ctl-a", lease_seconds=1.0)
+    b = _lease(pg_location, "ctl-b", lease_seconds=1.0)
+    first = a.acquire()
+    assert first is not None
+    stopped, resume = threading.Event(), threading.Event()
+    real_session = a._connection.session
+
+    @contextlib.contextmanager
+    def stalling_session() -> Iterator[Any]:
+        with real_session() as conn:
+            yield _StoppedAfterLock(conn, stopped, resume)
+
+    a._connection.session = stalling_session  # type: ignore[method-assign]
+    renewal: list[Any] = []
+    holder = threading.Thread(target=lambda: renewal.append(a.acquire()), daemon=True)
+    holder.start()
+    assert stopped.wait(20)  # a holds the row lock, stopped
+    taken: list[Any] = []
+    follower = threading.Thread(target=lambda: taken.append(_wait_for_grant(b)), daemon=True)
+    follower.start()
+    follower.join(30)
+    resume.set()
+    holder.join(30)
+    assert taken and taken[0].term == first.term + 1  # the follower was not held by the lock
+    assert renewal == [None] and a.current() is None  # the stopped holder's renewal failed

@@ -262,7 +262,15 @@ class PostgresLease:
 
     def _decide(self, wall: float) -> Grant | None:
         ttl = self.lease_seconds
+        # A holder stopped inside this transaction (SIGSTOP, a frozen VM) would keep the
+        # row lock for as long as its connection lives, and every follower's FOR UPDATE
+        # would wait on it: no failover ever. The server ends this transaction once it
+        # sits idle for a quarter of the lease, and a follower gives up waiting for the
+        # lock as soon (the next acquire tries again).
+        patience_ms = max(100, int(ttl * 250))
         with self._connection.session() as conn, conn.transaction():
+            conn.execute(f"SET LOCAL idle_in_transaction_session_timeout = {patience_ms}")
+            conn.execute(f"SET LOCAL lock_timeout = {patience_ms}")
             row = conn.execute(_LEASE_ROW + " FOR UPDATE").fetchone()
             if row is None:
                 raise PermanentError("authority_lease row is missing")
