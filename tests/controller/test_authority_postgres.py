@@ -167,3 +167,52 @@ def test_a_holder_stopped_inside_its_lease_transaction_does_not_block_failover(
     holder.join(30)
     assert taken and taken[0].term == first.term + 1  # the follower was not held by the lock
     assert renewal == [None] and a.current() is None  # the stopped holder's renewal failed
+
+
+def test_a_controller_stopped_inside_a_store_write_does_not_hold_the_others_writes(
+    pg_location: PostgresLocation,
+) -> None:
+    """A leader stopped mid-way through a store write (it holds the write lock) must not
+    stall the follower that takes over: the follower's own writes (``note_term`` right
+    after its takeover) and every store read queued behind them in its process."""
+    from gridctl.controller.store import ControllerStore
+    from gridctl.controller.stores.postgres import STALLED_WRITER_SECONDS, PostgresBackend
+    from gridctl.errors import TransientError
+
+    stalled = ControllerStore(None, backend=PostgresBackend(pg_location))
+    follower = ControllerStore(None, backend=PostgresBackend(pg_location))
+    stopped, resume = threading.Event(), threading.Event()
+    outcome: list[str] = []
+
+    def stalled_writer() -> None:
+        try:
+            with stalled._tx() as tx:
+                tx.execute("UPDATE meta SET value = '99' WHERE key = 'sequence'")
+                stopped.set()
+                resume.wait(60)  # the server sees a session idle inside its transaction
+            outcome.append("committed")
+        except TransientError as exc:
+            outcome.append(f"ended: {exc}")
+
+    holder = threading.Thread(target=stalled_writer, daemon=True)
+    holder.start()
+    assert stopped.wait(20)
+    started = time.monotonic()
+    wrote = threading.Thread(target=lambda: follower.note_term(7), daemon=True)
+    wrote.start()
+    wrote.join(30)
+    waited = time.monotonic() - started
+    resume.set()
+    holder.join(30)
+    try:
+        assert not wrote.is_alive(), "the follower's write waited on the stopped writer"
+        assert follower.highest_term() == 7
+        assert waited < STALLED_WRITER_SECONDS + 10
+        assert outcome == [
+            "ended: PostgreSQL ended a stalled write transaction: "
+            "terminating connection due to idle-in-transaction timeout"
+        ]
+        assert follower._meta("sequence") != "99"  # the stopped writer's change was rolled back
+    finally:
+        stalled.close()
+        follower.close()

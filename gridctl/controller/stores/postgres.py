@@ -33,6 +33,13 @@ from gridctl.errors import PermanentError, TransientError
 WRITE_LOCK = 0x67726964  # the advisory lock every write transaction holds
 SCHEMA_LOCK = 0x67726965
 CONNECT_TIMEOUT_SECONDS = 3
+# A write transaction that sits idle this long between statements is ended by the
+# server. A controller stopped inside one (SIGSTOP, a frozen VM) would otherwise hold
+# the write lock for as long as its connection lives, and every other controller's
+# next write, and every store read queued behind it in that process, would wait on it:
+# a follower could take the lease and then never act on it. A live transaction is
+# never idle for anything near this long; one that is, fails and is retried.
+STALLED_WRITER_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -132,6 +139,10 @@ class _Connection:
                 self._drop()
                 lost = f"PostgreSQL connection lost: {_first_line(exc)}"
                 raise TransientError(lost, 2.0) from exc
+            except psycopg.errors.IdleInTransactionSessionTimeout as exc:
+                self._drop()  # the server ended this session's stalled write: nothing of it stays
+                stalled = f"PostgreSQL ended a stalled write transaction: {_first_line(exc)}"
+                raise TransientError(stalled, 1.0) from exc
 
     def _drop(self) -> None:
         if self._conn is not None:
@@ -147,6 +158,7 @@ class _Connection:
 def migrate(conn: psycopg.Connection[tuple[Any, ...]]) -> int:
     """Apply every migration newer than the database's version; returns the version."""
     with conn.transaction():
+        _end_if_stalled(conn)
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
         conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
         row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
@@ -175,6 +187,13 @@ def migrate(conn: psycopg.Connection[tuple[Any, ...]]) -> int:
     return version
 
 
+def _end_if_stalled(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+    """Have the server end this transaction if its holder stops mid-way (see
+    ``STALLED_WRITER_SECONDS``); it applies to this transaction only."""
+    patience_ms = int(STALLED_WRITER_SECONDS * 1000)
+    conn.execute(f"SET LOCAL idle_in_transaction_session_timeout = {patience_ms}")
+
+
 class PostgresBackend:
     durable = True
     shared = True
@@ -189,6 +208,7 @@ class PostgresBackend:
     @contextmanager
     def transaction(self) -> Iterator[_Tx]:
         with self._connection.session() as conn, conn.transaction():
+            _end_if_stalled(conn)
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
             yield _Tx(conn)
 
