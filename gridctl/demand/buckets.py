@@ -2,9 +2,13 @@
 
 Each completed or failed request is folded into the bucket covering its
 completion time: request and error counts, total service seconds, the largest
-queue seen and a logarithmic latency histogram. Nothing about the request
-itself is kept. Bursts are folded into their bucket, never truncated at a
-raw-request limit, and only the newest ``window`` buckets survive.
+queue seen and a logarithmic latency histogram. A request the router refused
+(no ready replica with a free slot) counts as a request and an error, but no
+engine served it: its time is not service time, so it is counted apart
+(``refused``) and the mean service time is taken over the served requests only.
+Nothing about the request itself is kept. Bursts are folded into their bucket,
+never truncated at a raw-request limit, and only the newest ``window`` buckets
+survive.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ class Observation:
     latency_ms: float
     ok: bool = True
     queue_depth: float = 0.0
+    refused: bool = False  # refused by the router: no engine served it
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,17 +43,35 @@ class DemandBucket:
     service_seconds: float = 0.0
     max_queue: float = 0.0
     latency: LatencyHistogram = field(default_factory=LatencyHistogram)
+    refused: int = 0  # of ``requests`` (and of ``errors``): no service time in the total
+
+    @property
+    def served(self) -> int:
+        """The requests an engine served, whose times make ``service_seconds``."""
+        return self.requests - self.refused
 
     def with_observation(self, obs: Observation) -> DemandBucket:
         service = obs.service_seconds if math.isfinite(obs.service_seconds) else 0.0
         return replace(
             self,
             requests=self.requests + 1,
-            errors=self.errors + (0 if obs.ok else 1),
-            service_seconds=self.service_seconds + max(0.0, service),
+            errors=self.errors + (0 if obs.ok and not obs.refused else 1),
+            refused=self.refused + (1 if obs.refused else 0),
+            service_seconds=self.service_seconds + (0.0 if obs.refused else max(0.0, service)),
             max_queue=max(self.max_queue, obs.queue_depth),
             latency=self.latency.add(obs.latency_ms),
         )
+
+
+def mean_service_seconds(buckets: Iterable[DemandBucket]) -> float | None:
+    """Measured seconds per served request; None when no request in ``buckets`` was served
+    (refusals alone measure nothing)."""
+    served = 0
+    total = 0.0
+    for bucket in buckets:
+        served += bucket.served
+        total += bucket.service_seconds
+    return total / served if served else None
 
 
 def bucket_start(at: float, width: float) -> float:

@@ -4,7 +4,10 @@ Per-minute request rates of the complete buckets in the window (empty buckets
 count as zero) feed an EWMA; the trend is an EWMA of bucket-to-bucket changes,
 kept only when positive, because a falling rate must never accelerate
 scale-down. Offered concurrency is the forecast arrival rate times the
-measured mean service time plus the work queued now. Latency is the
+measured mean service time (over the requests an engine served: a refusal is
+arrival, not service) plus the work queued now. While no request in the window
+was served there is no measurement, and it is 0: the planner then takes the
+profile's expected service time (``direct_concurrency``). Latency is the
 approximate request-level p95 of the merged histograms.
 """
 
@@ -12,7 +15,7 @@ from __future__ import annotations
 
 from itertools import pairwise
 
-from gridctl.demand.buckets import BucketSeries, DemandBucket, bucket_start
+from gridctl.demand.buckets import BucketSeries, DemandBucket, bucket_start, mean_service_seconds
 from gridctl.demand.histograms import merge
 from gridctl.domain import ControllerPolicy, ModelDemand
 
@@ -54,7 +57,6 @@ def forecast(
     series: BucketSeries,
     now: float,
     policy: ControllerPolicy,
-    default_service_seconds: float = 2.0,
 ) -> ModelDemand:
     """The ``ModelDemand`` a planner consumes, from one model's bucketed history."""
     window_start = bucket_start(now, series.width) - series.window * series.width
@@ -63,16 +65,14 @@ def forecast(
     level, trend = ewma_with_trend(rates, policy.demand_ewma_alpha)
     requests = sum(b.requests for b in recent)
     errors = sum(b.errors for b in recent)
-    service = (
-        sum(b.service_seconds for b in recent) / requests if requests else default_service_seconds
-    )
+    service = mean_service_seconds(recent)
     latest = max(recent, key=lambda b: b.start) if recent else None
     queue = latest.max_queue if latest is not None else 0.0
     per_minute_trend = trend * 60.0 / series.width
     return ModelDemand(
         model_id=series.model_id,
         requests_per_minute=level,
-        offered_concurrency=level / 60.0 * service + queue,
+        offered_concurrency=0.0 if service is None else level / 60.0 * service + queue,
         queue_depth=queue,
         p95_latency_ms=merge(b.latency for b in recent).p95(),
         error_rate=errors / requests if requests else 0.0,

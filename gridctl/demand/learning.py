@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from gridctl.demand.buckets import BucketSeries, Observation, bucket_start
+from gridctl.demand.buckets import BucketSeries, Observation, bucket_start, mean_service_seconds
 from gridctl.demand.correlation import CorrelationReport, Relation, infer
 from gridctl.demand.features import RequestFeatures
 from gridctl.demand.forecasting import forecast
@@ -126,6 +126,7 @@ class DemandLearner:
             latency_ms=features.service_seconds * 1000.0,
             ok=features.outcome == "ok",
             queue_depth=float(features.queue_depth),
+            refused=features.outcome == "rejected",
         )
         if features.unbound:
             series = self._series(self.unbound, workload)
@@ -155,6 +156,7 @@ class DemandLearner:
                         b.service_seconds,
                         b.max_queue,
                         list(b.latency.counts),
+                        b.refused,
                     ]
                     for b in series.buckets
                 ]
@@ -251,10 +253,8 @@ class DemandLearner:
 
 
 def _mean_service(series: BucketSeries) -> float:
-    requests = sum(b.requests for b in series.buckets)
-    if not requests:
-        return 0.0
-    return sum(b.service_seconds for b in series.buckets) / requests
+    """Seconds per served request over the series (0 while none was served)."""
+    return mean_service_seconds(series.buckets) or 0.0
 
 
 def _current_queue(series: BucketSeries, now: float) -> float:

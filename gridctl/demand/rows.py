@@ -70,6 +70,7 @@ def learner_rows(
                         "width": series.width,
                         "requests": b.requests,
                         "errors": b.errors,
+                        "refused": b.refused,
                         "service_seconds": b.service_seconds,
                         "max_queue": b.max_queue,
                         "latency": [list(pair) for pair in b.latency.counts],
@@ -120,6 +121,10 @@ def _bucket(slot: float, body: dict[str, Any], width: float) -> DemandBucket:
     requests, errors = _count(body, "requests"), _count(body, "errors")
     if errors > requests or requests == 0:
         raise RowError(f"{errors} errors in {requests} requests")
+    # rows written before refusals were counted apart have none: every request was served
+    refused = _count(body, "refused") if "refused" in body else 0
+    if refused > errors:
+        raise RowError(f"{refused} refused requests but {errors} errors (a refusal is one)")
     raw = body.get("latency")
     if not isinstance(raw, list):
         raise RowError("latency must be a list of [index, count] pairs")
@@ -146,6 +151,7 @@ def _bucket(slot: float, body: dict[str, Any], width: float) -> DemandBucket:
         service_seconds=_number(body, "service_seconds"),
         max_queue=_number(body, "max_queue"),
         latency=LatencyHistogram(tuple(pairs)),
+        refused=refused,
     )
 
 

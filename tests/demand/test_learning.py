@@ -188,3 +188,69 @@ def test_learner_memory_stays_within_caps(
         assert len(book.sequences.cursors) <= 6
         assert len(book.sequences.transitions) <= 5
         assert len(book.outcomes.service) <= 2 * len(workloads)
+
+
+def _served_and_refused(
+    book: DemandLearner, model: str | None, served: list[float], refused: list[float]
+) -> None:
+    """Requests for ``model`` (None: unbound coding work) spread over one minute: each of
+    ``served`` answered in that many seconds, each of ``refused`` turned away after it."""
+    rows = [(s, "ok") for s in served] + [(s, "rejected") for s in refused]
+    for i, (seconds, outcome) in enumerate(rows):
+        book.observe(
+            features_of(
+                t=T0 + 60.0 * i / max(1, len(rows)),
+                endpoint="chat",
+                model=model,
+                served_model=model if outcome == "ok" else None,
+                workload="coding",
+                service_seconds=seconds,
+                outcome=outcome,
+            )
+        )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.floats(0.05, 120), min_size=1, max_size=30),
+    st.lists(st.floats(0, 5), max_size=30),
+)
+def test_refusals_count_as_arrivals_but_never_as_service_time(
+    served: list[float], refused: list[float]
+) -> None:
+    """Offered concurrency is arrivals x the measured service time of the requests an
+    engine served: quick refusals (no free replica) must not pull that time down, or a
+    saturated model would look less loaded the more it refuses."""
+    book, alone = learner(), learner()
+    _served_and_refused(book, "coder", served, refused)
+    _served_and_refused(alone, "coder", served, [])
+    now = T0 + 61.0
+    (demand,) = book.picture(now).models
+    (without,) = alone.picture(now).models
+    mean = sum(served) / len(served)
+    assert demand.sample_count == len(served) + len(refused)
+    assert demand.requests_per_minute >= without.requests_per_minute
+    per_request = demand.offered_concurrency / (demand.requests_per_minute / 60.0)
+    assert abs(per_request - mean) <= 1e-9 * max(1.0, mean)
+    assert demand.error_rate == len(refused) / (len(served) + len(refused))
+    # the unbound workloads' concurrency (portfolio admission) reads the same measurement
+    book = learner()
+    _served_and_refused(book, None, served, refused)
+    (coding,) = book.picture(now).workloads
+    assert abs(coding.mean_service_seconds - mean) <= 1e-9 * max(1.0, mean)
+
+
+def test_a_model_that_only_refused_has_no_measured_service_time() -> None:
+    """Every request refused: no service was measured, so the learner reports no offered
+    concurrency of its own and the planner takes the profile's expected service time."""
+    from gridctl.domain import ModelProfile
+    from gridctl.planner.targets import direct_concurrency
+
+    book = learner()
+    _served_and_refused(book, "coder", [], [0.01] * 30)
+    (demand,) = book.picture(T0 + 61.0).models
+    assert demand.sample_count == 30 and demand.requests_per_minute > 0
+    assert demand.offered_concurrency == 0.0
+    profile = ModelProfile(name="coder", memory_mb=1024, expected_service_seconds=6.0)
+    expected = demand.requests_per_minute / 60.0 * 6.0 + demand.queue_depth
+    assert direct_concurrency(profile, demand) == expected

@@ -23,16 +23,16 @@ requests = st.lists(
         st.sampled_from(WORKLOADS),
         st.sampled_from(["", "a" * 32, "b" * 32]),
         st.floats(0, 30, allow_nan=False),
-        st.booleans(),
+        st.sampled_from(["ok", "error", "rejected"]),
     ),
     max_size=60,
 )
 
 
-def learn(observed: list[tuple[float, str | None, str, str, float, bool]]) -> DemandLearner:
+def learn(observed: list[tuple[float, str | None, str, str, float, str]]) -> DemandLearner:
     learner = DemandLearner(POLICY, WorkloadCatalog())
     learner.configure({"m": "a" * 64, "n": None})
-    for offset, model, workload, session, service, ok in sorted(observed, key=lambda o: o[0]):
+    for offset, model, workload, session, service, outcome in sorted(observed, key=lambda o: o[0]):
         learner.observe(
             features_of(
                 t=T0 + offset,
@@ -41,7 +41,7 @@ def learn(observed: list[tuple[float, str | None, str, str, float, bool]]) -> De
                 served_model=None,
                 workload=workload,
                 service_seconds=service,
-                outcome="ok" if ok else "error",
+                outcome=outcome,
                 session_hash=session or None,
             )
         )
@@ -56,7 +56,7 @@ def rows_of(learner: DemandLearner) -> list[tuple[str, str, float, str]]:
 @settings(max_examples=60, deadline=None)
 @given(requests)
 def test_rows_restore_exactly_what_the_learners_held(
-    observed: list[tuple[float, str | None, str, str, float, bool]],
+    observed: list[tuple[float, str | None, str, str, float, str]],
 ) -> None:
     learner = learn(observed)
     now = T0 + 1700
@@ -92,6 +92,8 @@ def good_bucket(**changes: object) -> str:
         (("direct", "m", T0, good_bucket(width=30.0)), "not the policy's 60 s buckets"),
         (("direct", "m", T0 + 1, good_bucket()), "is not the start of a 60 s bucket"),
         (("direct", "m", T0, good_bucket(errors=3)), "3 errors in 2 requests"),
+        (("direct", "m", T0, good_bucket(errors=1, refused=2)), "2 refused requests but 1 errors"),
+        (("direct", "m", T0, good_bucket(errors=1, refused=-1)), "refused must be a non-negative"),
         (("direct", "m", T0, good_bucket(service_seconds=float("nan"))), "must be finite"),
         (("direct", "m", T0, good_bucket(latency=[[3, 1]])), "latency counts 1 != requests 2"),
         (("direct", "m", T0, good_bucket(latency=[[999, 2]])), "latency index 999"),
@@ -119,6 +121,13 @@ def test_an_invalid_row_is_refused_by_name_and_the_others_restored(
     assert restored.restored == 1 and [b.start for b in restored.direct["n"].buckets] == [T0]
 
 
+def test_a_row_written_before_refusals_were_counted_apart_restores_as_all_served() -> None:
+    restored = restore_rows([("direct", "m", T0, good_bucket(errors=1))], POLICY, T0 + 60)
+    assert restored.refused == []
+    (bucket,) = restored.direct["m"].buckets
+    assert (bucket.requests, bucket.errors, bucket.refused, bucket.served) == (2, 1, 0, 2)
+
+
 def test_windows_are_applied_at_the_restoring_instant() -> None:
     width, window = POLICY.demand_bucket_seconds, POLICY.demand_window_buckets
     now = T0 + window * width
@@ -141,9 +150,9 @@ def test_windows_are_applied_at_the_restoring_instant() -> None:
 
 
 def test_a_takeover_lays_persisted_rows_over_its_own_learning() -> None:
-    local = learn([(0.0, "m", "general", "", 1.0, True), (600.0, "m", "general", "", 1.0, True)])
+    local = learn([(0.0, "m", "general", "", 1.0, "ok"), (600.0, "m", "general", "", 1.0, "ok")])
     persisted = learn(
-        [(600.0, "m", "general", "", 1.0, True), (610.0, "m", "general", "", 1.0, True)]
+        [(600.0, "m", "general", "", 1.0, "ok"), (610.0, "m", "general", "", 1.0, "ok")]
     )
     persisted.observe(
         features_of(t=T0 + 620, endpoint="chat", model=None, served_model=None, workload="coding")
