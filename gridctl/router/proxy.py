@@ -18,6 +18,7 @@ import contextlib
 import functools
 import json
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +47,9 @@ MAX_BODY_DEPTH = 128  # tool schemas nest; anything deeper is hostile
 HOP_HEADERS = {"content-type", "accept"}
 ADMISSION_WAIT_SECONDS = 30.0
 MAX_WAITING_PER_MODEL = 512
+# a waiting request also looks again this often without a release: a replica that became
+# routable, a circuit that closed or a larger concurrency limit frees no slot of its own
+RECHECK_SECONDS = 0.5
 DEFAULT_POLICY = ControllerPolicy()
 CLIENT_GONE = 499  # neutral for the breaker: the caller left, not the engine's fault
 # the POST endpoints forwarded to engines, and the endpoint name profiles declare
@@ -90,8 +94,10 @@ class Router:
         self.ctx = context
         self.breakers = context.breakers or Breakers(context.clock, self.breaker_tunables)
         self.attribution = context.attribution or Attribution(context.clock)
-        self._freed: asyncio.Event | None = None
-        self._freed_loop: asyncio.AbstractEventLoop | None = None
+        # per model, the requests waiting for a slot, first come first: a released slot
+        # wakes the first of its model's waiters only (waking every waiter of every model
+        # made each release cost as many wake-ups and re-choices as there were waiters)
+        self._waiters: dict[str, deque[asyncio.Future[bool]]] = {}
         self._waiting: dict[str, int] = {}
         self.unbound: UnboundDirectory | None = None  # set by the controller service
 
@@ -273,6 +279,9 @@ class Router:
             return None
         deadline = self.ctx.monotonic() + self.ctx.admission_wait_seconds
         self._waiting[model] = self._waiting.get(model, 0) + 1
+        line = self._waiters.setdefault(model, deque())  # kept: one per configured model
+        loop = asyncio.get_running_loop()
+        turn: asyncio.Future[bool] | None = None
         try:
             while True:
                 candidates = self._candidates(model)
@@ -281,26 +290,66 @@ class Router:
                 left = deadline - self.ctx.monotonic()
                 if left <= 0:
                     return None
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._slot_freed().wait(), timeout=min(left, 0.5))
+                woken = turn is not None and turn.result()
+                turn = loop.create_future()
+                if woken:  # the slot it was woken for went to a newcomer: still first in line
+                    line.appendleft(turn)
+                else:
+                    line.append(turn)
+                timer = loop.call_later(min(left, RECHECK_SECONDS), _look_again, turn)
+                try:
+                    await turn
+                finally:
+                    timer.cancel()
+                if not turn.result():
+                    with contextlib.suppress(ValueError):
+                        line.remove(turn)  # looked again on its own: not in line meanwhile
                 route = self._try_admit(model, tokens, session)
                 if route is not None:
+                    turn = None
                     return route
         finally:
             self._waiting[model] -= 1
+            if turn is not None:
+                if not turn.done():
+                    turn.cancel()  # the caller left: a release skips it
+                    with contextlib.suppress(ValueError):
+                        line.remove(turn)
+                elif not turn.cancelled() and turn.result():
+                    self._wake_next(model)  # woken, but gave up: the slot is the next one's
 
-    def _slot_freed(self) -> asyncio.Event:
-        """The event the next released slot sets (one per event loop)."""
-        loop = asyncio.get_running_loop()
-        if self._freed is None or self._freed_loop is not loop:
-            self._freed, self._freed_loop = asyncio.Event(), loop
-        return self._freed
+    def _wake_next(self, model: str) -> None:
+        """Hand a released slot of ``model`` to the first request still waiting for one."""
+        line = self._waiters.get(model)
+        while line:
+            turn = line.popleft()
+            if turn.done():
+                continue  # cancelled, or already looking again
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            try:
+                if turn.get_loop() is running:
+                    turn.set_result(True)
+                else:  # a request served on another loop (thread): woken on its own
+                    turn.get_loop().call_soon_threadsafe(self._deliver, model, turn)
+            except RuntimeError:  # its loop is closed: nobody waits on it any more
+                continue
+            return
+
+    def _deliver(self, model: str, turn: asyncio.Future[bool]) -> None:
+        """A wake-up sent from another loop, on the waiting request's own loop: a turn that
+        ended meanwhile passes it on."""
+        if turn.done():
+            self._wake_next(model)
+        else:
+            turn.set_result(True)
 
     def _release(self, route: EngineRoute) -> None:
         self.ctx.registry.request_finished(route.host_id, route.model_id, self.ctx.clock())
-        if self._freed is not None:
-            self._freed.set()  # wake every waiter; each re-chooses
-            self._freed = None
+        if route.model_id in self._waiters:
+            self._wake_next(route.model_id)
 
     # -- upstream ----------------------------------------------------------------------
 
@@ -501,3 +550,9 @@ def observation(
         artifact_sha256=artifact_sha256 if host else None,
         evaluation=evaluation,
     )
+
+
+def _look_again(turn: asyncio.Future[bool]) -> None:
+    """A waiting request's own periodic look (``RECHECK_SECONDS``), without a release."""
+    if not turn.done():
+        turn.set_result(False)

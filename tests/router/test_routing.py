@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from gridctl.controller.registry import EngineRoute
-from gridctl.router import affinity
+from gridctl.router import affinity, proxy
 from gridctl.router.attribution import Estimate
 from gridctl.router.choosing import Candidate, choose
 from tests.router.engines import MODEL, FakeEngine, RouterRig, chat, registration
@@ -195,4 +198,77 @@ async def test_a_full_engine_queues_requests_at_the_router_with_a_bound(
         assert sorted(r.status_code for r in late) == [200, 503]
     assert rig.tap.flush(5)
     assert max(o.queue_depth for o in seen) >= 1  # queue pressure reaches the demand side
+    await rig.upstream.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_released_slot_wakes_one_waiter_and_waiters_are_served_first_come_first(
+    engines: MakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Requests queued at the router for a full engine: each release hands its slot to the
+    longest-waiting request alone, so a release costs one re-choice however long the
+    queue (waking every waiter cost one per waiter, on the cores the engines use)."""
+    monkeypatch.setattr(proxy, "RECHECK_SECONDS", 30.0)  # only releases wake a waiter
+    engine = engines("one", concurrency=1, delay=0.05)
+    rig = RouterRig.build(admission_wait=30.0)
+    rig.add(engine)
+    tries = [0]
+    real_try = rig.router._try_admit
+
+    def counted(*args: Any) -> Any:
+        tries[0] += 1
+        return real_try(*args)
+
+    rig.router._try_admit = counted  # type: ignore[method-assign]
+    order: list[int] = []
+    async with rig.client() as client:
+
+        async def ask(i: int) -> int:
+            reply = await chat(client, max_tokens=i)
+            order.append(i)
+            return reply.status_code
+
+        first = asyncio.ensure_future(ask(0))
+        while engine.active == 0:  # the slot is taken
+            await asyncio.sleep(0.005)
+        queued = []
+        for i in range(1, 16):  # each joins the line before the next arrives
+            queued.append(asyncio.ensure_future(ask(i)))
+            while rig.router._waiting.get(MODEL, 0) < i:
+                await asyncio.sleep(0.001)
+        statuses = await asyncio.gather(first, *queued)
+    assert statuses == [200] * 16 and engine.peak == 1
+    assert order == list(range(16))
+    # one try on arrival each, and one per release for the 15 that queued
+    assert tries[0] == 16 + 15
+    await rig.upstream.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_waiter_whose_caller_left_is_skipped_and_the_next_gets_the_slot(
+    engines: MakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(proxy, "RECHECK_SECONDS", 30.0)  # a lost wake-up would wait that long
+    engine = engines("one", concurrency=1, delay=0.2)
+    rig = RouterRig.build(admission_wait=30.0)
+    rig.add(engine)
+    async with rig.client() as client:
+        first = asyncio.ensure_future(chat(client))
+        while engine.active == 0:
+            await asyncio.sleep(0.005)
+        leaving = asyncio.ensure_future(chat(client))
+        while rig.router._waiting.get(MODEL, 0) < 1:
+            await asyncio.sleep(0.001)
+        staying = asyncio.ensure_future(chat(client))
+        while rig.router._waiting.get(MODEL, 0) < 2:
+            await asyncio.sleep(0.001)
+        leaving.cancel()  # the first in line goes away before its turn
+        started = time.monotonic()
+        assert (await first).status_code == 200
+        assert (await staying).status_code == 200
+        # served on the release, not on a periodic look
+        assert time.monotonic() - started < 10.0
+    with contextlib.suppress(asyncio.CancelledError):
+        await leaving
+    assert engine.peak == 1 and rig.router._waiting.get(MODEL) == 0
     await rig.upstream.aclose()
