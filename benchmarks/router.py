@@ -22,10 +22,13 @@ It also prints CPU per request: the process CPU time (user + system, from
 psutil) the router and llama-server each spent during the routed 8-client
 rounds, divided by the requests served, and the router's as a share of the
 engine's. CPU time is what the router takes from the engine on shared cores,
-and it is far steadier than wall-clock on a busy machine.
+and it is far steadier than wall-clock on a busy machine. A last pass sends 32
+clients through the router alone, four per engine slot, so 24 wait in the
+router's admission queue (an overloaded fleet's shape), and prints the router's
+CPU per request there next to the 8-client figure.
 
     python benchmarks/router.py [--requests N] [--rounds R] [--pairs P] [--max-tokens T]
-                                [--engine-arg ARG ...] [--fake]
+                                [--overload-requests N] [--engine-arg ARG ...] [--fake]
 
 ``--fake`` replaces llama-server with an instant engine to isolate the router's
 own per-request cost; ``--engine-arg`` passes one more flag to llama-server (both
@@ -58,6 +61,7 @@ import psutil
 
 MODEL = "gemma-3-270m"
 CLIENTS = 8
+OVERLOAD = 4  # the overload pass: this many clients per engine slot
 
 
 def free_port() -> int:
@@ -400,6 +404,12 @@ def main() -> None:
         help="one more llama-server argument (repeat: --engine-arg=--poll --engine-arg=0)",
     )
     parser.add_argument(
+        "--overload-requests",
+        type=int,
+        default=3,
+        help=f"per client in the {OVERLOAD * CLIENTS}-client pass through the router (0: skip it)",
+    )
+    parser.add_argument(
         "--fake", action="store_true", help="an instant fake engine instead of llama-server"
     )
     parser.add_argument(
@@ -470,6 +480,19 @@ def main() -> None:
             f"{per['engine']:.2f} ms | router {100 * per['router'] / per['engine']:.1f}% "
             f"of the engine's"
         )
+        if args.overload_requests > 0:
+            # more clients than the engine has slots: the rest wait in the router's
+            # admission queue, where each released slot must not cost a pass over them all
+            crowd = OVERLOAD * CLIENTS
+            before = router.cpu_seconds()
+            got, wall = load(router, crowd, args.overload_requests)
+            spent = 1000.0 * (router.cpu_seconds() - before) / len(got)
+            print(
+                f"{crowd} clients ({crowd - CLIENTS} waiting at the router for the engine's "
+                f"{CLIENTS} slots): router {len(got) / wall:.1f} req/s, p50 "
+                f"{statistics.median(got) * 1000:.0f} ms, router CPU per request "
+                f"{spent:.2f} ms ({CLIENTS} clients: {per['router']:.2f} ms)"
+            )
     print(f"load average after: {load_average()}")
 
 
