@@ -296,17 +296,24 @@ class Router:
                     line.appendleft(turn)
                 else:
                     line.append(turn)
-                timer = loop.call_later(min(left, RECHECK_SECONDS), _look_again, turn)
+                timer = [loop.call_later(min(left, RECHECK_SECONDS), _look_again, turn, line)]
+                timer.append(loop.call_at(loop.time() + left, _look_again, turn, None))
                 try:
                     await turn
                 finally:
-                    timer.cancel()
-                if not turn.result():
+                    for handle in timer:
+                        handle.cancel()
+                looked = not turn.result()
+                if looked:
                     with contextlib.suppress(ValueError):
                         line.remove(turn)  # looked again on its own: not in line meanwhile
                 route = self._try_admit(model, tokens, session)
                 if route is not None:
                     turn = None
+                    if looked and line:
+                        # a slot no release freed (a replica became routable, a circuit
+                        # closed): there may be more, and only the first in line looks
+                        self._wake_next(model)
                     return route
         finally:
             self._waiting[model] -= 1
@@ -552,7 +559,13 @@ def observation(
     )
 
 
-def _look_again(turn: asyncio.Future[bool]) -> None:
-    """A waiting request's own periodic look (``RECHECK_SECONDS``), without a release."""
-    if not turn.done():
+def _look_again(turn: asyncio.Future[bool], line: deque[asyncio.Future[bool]] | None) -> None:
+    """A waiting request's own look without a release: every ``RECHECK_SECONDS`` for the
+    first in ``line`` (whoever waits behind it would find what it finds), and once at the
+    request's deadline (``line`` None)."""
+    if turn.done():
+        return
+    if line is None or not line or line[0] is turn:
         turn.set_result(False)
+    else:
+        turn.get_loop().call_later(RECHECK_SECONDS, _look_again, turn, line)

@@ -272,3 +272,65 @@ async def test_a_waiter_whose_caller_left_is_skipped_and_the_next_gets_the_slot(
         await leaving
     assert engine.peak == 1 and rig.router._waiting.get(MODEL) == 0
     await rig.upstream.aclose()
+
+
+@pytest.mark.anyio
+async def test_only_the_first_in_line_looks_again_while_no_slot_is_released(
+    engines: MakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between releases a queued request looks for a slot no release freed (a replica that
+    became routable) every ``RECHECK_SECONDS``; only the first in line does, since those
+    behind it would find what it finds."""
+    monkeypatch.setattr(proxy, "RECHECK_SECONDS", 0.05)
+    engine = engines("one", concurrency=1, delay=0.3)
+    rig = RouterRig.build(admission_wait=30.0)
+    rig.add(engine)
+    tries = [0]
+    real_try = rig.router._try_admit
+
+    def counted(*args: Any) -> Any:
+        tries[0] += 1
+        return real_try(*args)
+
+    rig.router._try_admit = counted  # type: ignore[method-assign]
+    async with rig.client() as client:
+        started = time.monotonic()
+        replies = await asyncio.gather(*(chat(client) for _ in range(7)))
+        elapsed = time.monotonic() - started
+    assert [r.status_code for r in replies] == [200] * 7 and engine.peak == 1
+    # arrivals and one wake-up each, plus the first in line's looks: each of the six that
+    # waited looking too would make about six times as many
+    assert tries[0] <= 2 * 7 + elapsed / 0.05 + 7, (tries[0], elapsed)
+    await rig.upstream.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_replica_that_becomes_routable_takes_the_whole_queue_at_once(
+    engines: MakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No release frees the new replica's slots: the first in line finds one on its look,
+    and each admission after such a look lets the next in line look at once."""
+    monkeypatch.setattr(proxy, "RECHECK_SECONDS", 1.0)
+    slow = engines("slow", concurrency=1, delay=4.0)  # busy until the queue has moved
+    fresh = engines("fresh", concurrency=4)
+    rig = RouterRig.build(admission_wait=30.0)
+    rig.add(slow)
+    async with rig.client() as client:
+        stuck = asyncio.ensure_future(chat(client))
+        while slow.active == 0:
+            await asyncio.sleep(0.005)
+        waiting = [asyncio.ensure_future(chat(client)) for _ in range(4)]
+        while rig.router._waiting.get(MODEL, 0) < 4:
+            await asyncio.sleep(0.005)
+        added = time.monotonic()
+        rig.add(fresh)
+        replies = await asyncio.gather(*waiting)
+        took = time.monotonic() - added
+        stuck.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await stuck
+    assert [r.status_code for r in replies] == [200] * 4 and fresh.posts == 4
+    # one look (at most a second away), then the rest in a cascade: one look each
+    # would take up to four seconds
+    assert took < 2.5, took
+    await rig.upstream.aclose()
