@@ -201,6 +201,26 @@ async def test_a_full_engine_queues_requests_at_the_router_with_a_bound(
     await rig.upstream.aclose()
 
 
+async def until(condition: Callable[[], bool]) -> None:
+    """Wait (polling the loop) until ``condition`` holds: a slot taken, a queue formed."""
+    while not condition():
+        await asyncio.sleep(0.002)
+
+
+def count_tries(rig: RouterRig) -> list[int]:
+    """How many times the router tries to admit a request (``[n]``, counted as it runs):
+    the real ``_try_admit`` behind a counter."""
+    tries = [0]
+    real_try = rig.router._try_admit
+
+    def counted(*args: Any) -> Any:
+        tries[0] += 1
+        return real_try(*args)
+
+    rig.router._try_admit = counted  # type: ignore[method-assign,assignment]
+    return tries
+
+
 @pytest.mark.anyio
 async def test_a_released_slot_wakes_one_waiter_and_waiters_are_served_first_come_first(
     engines: MakeEngine, monkeypatch: pytest.MonkeyPatch
@@ -212,14 +232,7 @@ async def test_a_released_slot_wakes_one_waiter_and_waiters_are_served_first_com
     engine = engines("one", concurrency=1, delay=0.05)
     rig = RouterRig.build(admission_wait=30.0)
     rig.add(engine)
-    tries = [0]
-    real_try = rig.router._try_admit
-
-    def counted(*args: Any) -> Any:
-        tries[0] += 1
-        return real_try(*args)
-
-    rig.router._try_admit = counted  # type: ignore[method-assign]
+    tries = count_tries(rig)
     order: list[int] = []
     async with rig.client() as client:
 
@@ -229,13 +242,11 @@ async def test_a_released_slot_wakes_one_waiter_and_waiters_are_served_first_com
             return reply.status_code
 
         first = asyncio.ensure_future(ask(0))
-        while engine.active == 0:  # the slot is taken
-            await asyncio.sleep(0.005)
+        await until(lambda: engine.active > 0)  # the slot is taken
         queued = []
         for i in range(1, 16):  # each joins the line before the next arrives
             queued.append(asyncio.ensure_future(ask(i)))
-            while rig.router._waiting.get(MODEL, 0) < i:
-                await asyncio.sleep(0.001)
+            await until(lambda: rig.router._waiting.get(MODEL, 0) >= len(queued))
         statuses = await asyncio.gather(first, *queued)
     assert statuses == [200] * 16 and engine.peak == 1
     assert order == list(range(16))
@@ -254,14 +265,11 @@ async def test_a_waiter_whose_caller_left_is_skipped_and_the_next_gets_the_slot(
     rig.add(engine)
     async with rig.client() as client:
         first = asyncio.ensure_future(chat(client))
-        while engine.active == 0:
-            await asyncio.sleep(0.005)
+        await until(lambda: engine.active > 0)
         leaving = asyncio.ensure_future(chat(client))
-        while rig.router._waiting.get(MODEL, 0) < 1:
-            await asyncio.sleep(0.001)
+        await until(lambda: rig.router._waiting.get(MODEL, 0) >= 1)
         staying = asyncio.ensure_future(chat(client))
-        while rig.router._waiting.get(MODEL, 0) < 2:
-            await asyncio.sleep(0.001)
+        await until(lambda: rig.router._waiting.get(MODEL, 0) >= 2)
         leaving.cancel()  # the first in line goes away before its turn
         started = time.monotonic()
         assert (await first).status_code == 200
@@ -285,14 +293,7 @@ async def test_only_the_first_in_line_looks_again_while_no_slot_is_released(
     engine = engines("one", concurrency=1, delay=0.3)
     rig = RouterRig.build(admission_wait=30.0)
     rig.add(engine)
-    tries = [0]
-    real_try = rig.router._try_admit
-
-    def counted(*args: Any) -> Any:
-        tries[0] += 1
-        return real_try(*args)
-
-    rig.router._try_admit = counted  # type: ignore[method-assign]
+    tries = count_tries(rig)
     async with rig.client() as client:
         started = time.monotonic()
         replies = await asyncio.gather(*(chat(client) for _ in range(7)))
@@ -317,11 +318,9 @@ async def test_a_replica_that_becomes_routable_takes_the_whole_queue_at_once(
     rig.add(slow)
     async with rig.client() as client:
         stuck = asyncio.ensure_future(chat(client))
-        while slow.active == 0:
-            await asyncio.sleep(0.005)
+        await until(lambda: slow.active > 0)
         waiting = [asyncio.ensure_future(chat(client)) for _ in range(4)]
-        while rig.router._waiting.get(MODEL, 0) < 4:
-            await asyncio.sleep(0.005)
+        await until(lambda: rig.router._waiting.get(MODEL, 0) >= 4)
         added = time.monotonic()
         rig.add(fresh)
         replies = await asyncio.gather(*waiting)
