@@ -83,6 +83,7 @@ def test_the_holder_stops_when_its_own_monotonic_clock_says_the_lease_ran_out(
     assert a.acquire() is not None and a.current() is not None
     mono.advance(15.0)  # the database would still call it valid: the holder stops anyway
     assert a.current() is None
+    assert a.leader_address() is None  # it no longer knows who leads, and it is not itself
 
 
 def test_a_failed_renewal_ends_authority_at_once(pg_location: PostgresLocation) -> None:

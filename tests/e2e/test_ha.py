@@ -337,9 +337,17 @@ def test_failover_fencing_and_a_database_restart(
     wait_for("gemma-b on both", lambda: len(fleet.routable(third, "gemma-b")) == 2, deadline=300)
     fleet.controllers[second].send_signal(signal.SIGCONT)
     resumed_at = time.time()
-    back = wait_for("the old leader to answer", lambda: fleet.status(second), deadline=60)
-    assert not back["controller"]["holds_authority"]
-    assert back["controller"]["leader_url"] == fleet.urls[third]
+    seen: list[dict[str, Any]] = []
+
+    def points_at_third() -> bool:
+        back = fleet.status(second)  # raises (and is polled again) until it answers
+        seen.append(back["controller"])
+        return bool(back["controller"]["leader_url"] == fleet.urls[third])
+
+    # until its next renewal attempt reads the lease row it names no leader, never itself
+    wait_for("the old leader to name the new one", points_at_third, deadline=60, interval=0.05)
+    assert not any(c["holds_authority"] for c in seen), seen
+    assert all(c["leader_url"] in (None, fleet.urls[third]) for c in seen), seen
     ticks = wait_for(
         "two ticks of the resumed controller",
         lambda: (s := fleet.status(second))["now"] > resumed_at + 3 * TICK_SECONDS and s,

@@ -337,8 +337,14 @@ class PostgresLease:
         return Grant(row[0], int(row[1]), float(row[3]), float(row[4]))
 
     def leader_address(self) -> str | None:
-        """Where the current holder serves, as last read from the lease row."""
-        return self._leader
+        """Where the current holder serves, as last read from the lease row. Our own
+        address once our grant has run out is no answer: a holder resumed after a stop
+        (SIGSTOP, a frozen VM) does not know who holds the lease until it reads the row
+        again, so it names nobody rather than itself."""
+        leader = self._leader
+        if leader is not None and leader == self.address and self.current() is None:
+            return None
+        return leader
 
     def release(self) -> None:
         """Hand authority back at once (shutting down)."""
