@@ -282,6 +282,7 @@ class Router:
         line = self._waiters.setdefault(model, deque())  # kept: one per configured model
         loop = asyncio.get_running_loop()
         turn: asyncio.Future[bool] | None = None
+        front = False  # back in line at the front: it was first when it was woken or looked
         try:
             while True:
                 candidates = self._candidates(model)
@@ -290,9 +291,8 @@ class Router:
                 left = deadline - self.ctx.monotonic()
                 if left <= 0:
                     return None
-                woken = turn is not None and turn.result()
                 turn = loop.create_future()
-                if woken:  # the slot it was woken for went to a newcomer: still first in line
+                if front:  # the slot went to a newcomer, or its look found none
                     line.appendleft(turn)
                 else:
                     line.append(turn)
@@ -304,6 +304,7 @@ class Router:
                     for handle in timer:
                         handle.cancel()
                 looked = not turn.result()
+                front = not looked or (bool(line) and line[0] is turn)
                 if looked:
                     with contextlib.suppress(ValueError):
                         line.remove(turn)  # looked again on its own: not in line meanwhile

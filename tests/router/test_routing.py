@@ -288,20 +288,37 @@ async def test_only_the_first_in_line_looks_again_while_no_slot_is_released(
 ) -> None:
     """Between releases a queued request looks for a slot no release freed (a replica that
     became routable) every ``RECHECK_SECONDS``; only the first in line does, since those
-    behind it would find what it finds."""
+    behind it would find what it finds, and a look that finds nothing keeps its place at
+    the front: the line is still served first come, first served."""
     monkeypatch.setattr(proxy, "RECHECK_SECONDS", 0.05)
     engine = engines("one", concurrency=1, delay=0.3)
     rig = RouterRig.build(admission_wait=30.0)
     rig.add(engine)
     tries = count_tries(rig)
+    order: list[int] = []
     async with rig.client() as client:
+
+        async def ask(i: int) -> int:
+            reply = await chat(client, max_tokens=i)
+            order.append(i)
+            return reply.status_code
+
         started = time.monotonic()
-        replies = await asyncio.gather(*(chat(client) for _ in range(7)))
+        first = asyncio.ensure_future(ask(0))
+        await until(lambda: engine.active > 0)  # the slot is taken
+        queued = []
+        for i in range(1, 7):  # each joins the line before the next arrives
+            queued.append(asyncio.ensure_future(ask(i)))
+            await until(lambda: rig.router._waiting.get(MODEL, 0) >= len(queued))
+        statuses = await asyncio.gather(first, *queued)
         elapsed = time.monotonic() - started
-    assert [r.status_code for r in replies] == [200] * 7 and engine.peak == 1
-    # arrivals and one wake-up each, plus the first in line's looks: each of the six that
-    # waited looking too would make about six times as many
-    assert tries[0] <= 2 * 7 + elapsed / 0.05 + 7, (tries[0], elapsed)
+    assert statuses == [200] * 7 and engine.peak == 1
+    assert order == list(range(7))
+    # one try on arrival and one per wake-up each, plus the looks: at most one per
+    # ``RECHECK_SECONDS`` while a request is first in line, and one more as each of the
+    # six becomes first (its own look comes due sooner); each of the six that waited
+    # looking too would make about six times as many
+    assert tries[0] <= 7 + 6 + elapsed / 0.05 + 6, (tries[0], elapsed)
     await rig.upstream.aclose()
 
 
