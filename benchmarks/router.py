@@ -384,10 +384,45 @@ def report(name: str, direct: list[float], routed: list[float]) -> None:
     )
 
 
+def concurrent_pass(engine: Server, router: Server, rounds: int, requests: int) -> float:
+    """Alternating rounds of 8 clients against each path: latency, requests/s and CPU per
+    routed request printed; the router's CPU per request (ms) returned."""
+    latencies: dict[str, list[float]] = {"direct": [], "router": []}
+    walls = {"direct": 0.0, "router": 0.0}
+    cpu = {"router": 0.0, "engine": 0.0}
+    routed = 0
+    for i in range(rounds):
+        order = (("direct", engine), ("router", router))
+        for name, server in order if i % 2 == 0 else order[::-1]:
+            before = (router.cpu_seconds(), engine.cpu_seconds())
+            got, wall = load(server, CLIENTS, requests)
+            if name == "router":
+                cpu["router"] += router.cpu_seconds() - before[0]
+                cpu["engine"] += engine.cpu_seconds() - before[1]
+                routed += len(got)
+            latencies[name] += got
+            walls[name] += wall
+    report(f"{CLIENTS} clients", latencies["direct"], latencies["router"])
+    rate = {name: len(latencies[name]) / walls[name] for name in walls}
+    print(
+        f"{CLIENTS} clients: direct {rate['direct']:.1f} req/s | router "
+        f"{rate['router']:.1f} req/s ({100 * rate['router'] / rate['direct']:.1f}% of direct)"
+    )
+    per = {k: 1000.0 * v / routed for k, v in cpu.items()}
+    print(
+        f"CPU per routed request: router {per['router']:.2f} ms | engine "
+        f"{per['engine']:.2f} ms | router {100 * per['router'] / per['engine']:.1f}% "
+        f"of the engine's"
+    )
+    return per["router"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=25, help="per client per round")
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument(
+        "--rounds", type=int, default=4, help="8-client rounds per path (0: skip that pass)"
+    )
     parser.add_argument(
         "--pairs",
         type=int,
@@ -453,32 +488,9 @@ def main() -> None:
             f"1 client : paired differences (router - direct) over {len(paired)} pairs, ms: "
             + " ".join(f"p{q} {pct(paired, q / 100):+.2f}" for q in (10, 25, 50, 75, 90))
         )
-        latencies: dict[str, list[float]] = {"direct": [], "router": []}
-        walls = {"direct": 0.0, "router": 0.0}
-        cpu = {"router": 0.0, "engine": 0.0}
-        routed = 0
-        for i in range(args.rounds):
-            order = (("direct", engine), ("router", router))
-            for name, server in order if i % 2 == 0 else order[::-1]:
-                before = (router.cpu_seconds(), engine.cpu_seconds())
-                got, wall = load(server, CLIENTS, args.requests)
-                if name == "router":
-                    cpu["router"] += router.cpu_seconds() - before[0]
-                    cpu["engine"] += engine.cpu_seconds() - before[1]
-                    routed += len(got)
-                latencies[name] += got
-                walls[name] += wall
-        report(f"{CLIENTS} clients", latencies["direct"], latencies["router"])
-        rate = {name: len(latencies[name]) / walls[name] for name in walls}
-        print(
-            f"{CLIENTS} clients: direct {rate['direct']:.1f} req/s | router "
-            f"{rate['router']:.1f} req/s ({100 * rate['router'] / rate['direct']:.1f}% of direct)"
-        )
-        per = {k: 1000.0 * v / routed for k, v in cpu.items()}
-        print(
-            f"CPU per routed request: router {per['router']:.2f} ms | engine "
-            f"{per['engine']:.2f} ms | router {100 * per['router'] / per['engine']:.1f}% "
-            f"of the engine's"
+        # 0 rounds: the single-client pass alone
+        per_router = (
+            concurrent_pass(engine, router, args.rounds, args.requests) if args.rounds else 0.0
         )
         if args.overload_requests > 0:
             # more clients than the engine has slots: the rest wait in the router's
@@ -491,7 +503,8 @@ def main() -> None:
                 f"{crowd} clients ({crowd - CLIENTS} waiting at the router for the engine's "
                 f"{CLIENTS} slots): router {len(got) / wall:.1f} req/s, p50 "
                 f"{statistics.median(got) * 1000:.0f} ms, router CPU per request "
-                f"{spent:.2f} ms ({CLIENTS} clients: {per['router']:.2f} ms)"
+                f"{spent:.2f} ms"
+                + (f" ({CLIENTS} clients: {per_router:.2f} ms)" if args.rounds else "")
             )
     print(f"load average after: {load_average()}")
 
