@@ -26,7 +26,13 @@ from gridctl.domain import (
     Plan,
     ResidencyState,
 )
-from gridctl.planner.portfolio_types import AdmissionRow, AdmissionState, CandidateRow, Gate
+from gridctl.planner.portfolio_types import (
+    AdmissionRow,
+    AdmissionState,
+    CandidateRow,
+    Gate,
+    ranked_scorers,
+)
 
 _RESIDENCY_BLOCKS = ("model_resident", "stale_artifact_in_place")
 
@@ -146,10 +152,8 @@ def serving_model(
     """The model the router answers a below-gate ``workload`` with: the best-scoring
     profile (then by name) with a READY copy of its exact artifact on a host that admits
     new work and whose heartbeat is fresh; None when there is none."""
-    scorers = sorted(
-        (p for p in profiles if p.workload_scores.get(workload, 0.0) > 0),
-        key=lambda p: (-p.workload_scores[workload], p.name),
-    )
+    by_name = {p.name: p for p in profiles}
+    scorers = ranked_scorers({p.name: p.workload_scores for p in profiles}, workload)
     live = {
         (r.model_id, r.artifact_sha256)
         for h in snapshot.hosts
@@ -159,7 +163,8 @@ def serving_model(
         for r in h.residencies
         if r.state is ResidencyState.READY
     }
-    for profile in scorers:
+    for _score, name in scorers:
+        profile = by_name[name]
         sha = profile.artifact.sha256
         if any(m == profile.name and (sha is None or s == sha) for m, s in live):
             return profile

@@ -7,6 +7,7 @@ pipeline in ``portfolio.py`` builds it from one immutable demand picture.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -153,3 +154,17 @@ class PortfolioResult:
     evaluations: int  # planner runs, probes included
     portfolios: int  # distinct portfolios evaluated
     thresholds: dict[str, float] = field(default_factory=dict)
+
+
+def ranked_scorers(
+    scores: Mapping[str, Mapping[str, float]], workload: str
+) -> list[tuple[float, str]]:
+    """``(score, model)`` for every model that scores ``workload`` above zero, best first,
+    then by name: the order in which the router looks for a ready model to answer a
+    workload its portfolio does not serve yet, and in which status names that model."""
+    rows = [
+        (float(ws.get(workload, 0.0)), model)
+        for model, ws in scores.items()
+        if float(ws.get(workload, 0.0)) > 0
+    ]
+    return sorted(rows, key=lambda row: (-row[0], row[1]))

@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse, Response
 
 from gridctl.demand.features import classify_workload, is_unbound
 from gridctl.domain import WorkloadCatalog
-from gridctl.planner.portfolio_types import PortfolioResult
+from gridctl.planner.portfolio_types import PortfolioResult, ranked_scorers
 from gridctl.router import affinity
 from gridctl.router.choosing import token_hint
 from gridctl.router.features import request_features
@@ -69,12 +69,7 @@ class UnboundDirectory:
         """(score, model) best first, or None when the profiles are not known here."""
         if self.scores is None:
             return None
-        rows = [
-            (float(ws.get(workload, 0.0)), model)
-            for model, ws in self.scores().items()
-            if float(ws.get(workload, 0.0)) > 0
-        ]
-        return sorted(rows, key=lambda row: (-row[0], row[1]))
+        return ranked_scorers(self.scores(), workload)
 
     def decide(self, endpoint: str, payload: dict[str, Any], modality: str) -> UnboundDecision:
         workload = classify_workload(self.catalog(), endpoint, modality, request_text(payload))
