@@ -221,6 +221,30 @@ def count_tries(rig: RouterRig) -> list[int]:
     return tries
 
 
+async def served_in_line(
+    rig: RouterRig, engine: FakeEngine, requests: int
+) -> tuple[list[int], list[int]]:
+    """``requests`` chats for an engine with one slot, the first taking it and each of the
+    rest joining the router's line before the next arrives: their statuses (in arrival
+    order) and the order in which they were served (by arrival index)."""
+    order: list[int] = []
+    async with rig.client() as client:
+
+        async def ask(i: int) -> int:
+            reply = await chat(client, max_tokens=i)
+            order.append(i)
+            return reply.status_code
+
+        first = asyncio.ensure_future(ask(0))
+        await until(lambda: engine.active > 0)  # the slot is taken
+        queued: list[asyncio.Future[int]] = []
+        for i in range(1, requests):
+            queued.append(asyncio.ensure_future(ask(i)))
+            await until(lambda: rig.router._waiting.get(MODEL, 0) >= len(queued))
+        statuses = await asyncio.gather(first, *queued)
+    return list(statuses), order
+
+
 @pytest.mark.anyio
 async def test_a_released_slot_wakes_one_waiter_and_waiters_are_served_first_come_first(
     engines: MakeEngine, monkeypatch: pytest.MonkeyPatch
@@ -233,21 +257,7 @@ async def test_a_released_slot_wakes_one_waiter_and_waiters_are_served_first_com
     rig = RouterRig.build(admission_wait=30.0)
     rig.add(engine)
     tries = count_tries(rig)
-    order: list[int] = []
-    async with rig.client() as client:
-
-        async def ask(i: int) -> int:
-            reply = await chat(client, max_tokens=i)
-            order.append(i)
-            return reply.status_code
-
-        first = asyncio.ensure_future(ask(0))
-        await until(lambda: engine.active > 0)  # the slot is taken
-        queued = []
-        for i in range(1, 16):  # each joins the line before the next arrives
-            queued.append(asyncio.ensure_future(ask(i)))
-            await until(lambda: rig.router._waiting.get(MODEL, 0) >= len(queued))
-        statuses = await asyncio.gather(first, *queued)
+    statuses, order = await served_in_line(rig, engine, 16)
     assert statuses == [200] * 16 and engine.peak == 1
     assert order == list(range(16))
     # one try on arrival each, and one per release for the 15 that queued
@@ -295,23 +305,9 @@ async def test_only_the_first_in_line_looks_again_while_no_slot_is_released(
     rig = RouterRig.build(admission_wait=30.0)
     rig.add(engine)
     tries = count_tries(rig)
-    order: list[int] = []
-    async with rig.client() as client:
-
-        async def ask(i: int) -> int:
-            reply = await chat(client, max_tokens=i)
-            order.append(i)
-            return reply.status_code
-
-        started = time.monotonic()
-        first = asyncio.ensure_future(ask(0))
-        await until(lambda: engine.active > 0)  # the slot is taken
-        queued = []
-        for i in range(1, 7):  # each joins the line before the next arrives
-            queued.append(asyncio.ensure_future(ask(i)))
-            await until(lambda: rig.router._waiting.get(MODEL, 0) >= len(queued))
-        statuses = await asyncio.gather(first, *queued)
-        elapsed = time.monotonic() - started
+    started = time.monotonic()
+    statuses, order = await served_in_line(rig, engine, 7)
+    elapsed = time.monotonic() - started
     assert statuses == [200] * 7 and engine.peak == 1
     assert order == list(range(7))
     # one try on arrival and one per wake-up each, plus the looks: at most one per
