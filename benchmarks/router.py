@@ -278,23 +278,40 @@ def headers(server: Server) -> dict[str, str]:
     return {"authorization": f"Bearer {server.key}"} if server.key else {}
 
 
-def load(server: Server, clients: int, per_client: int) -> tuple[list[float], float]:
-    """``clients`` threads each sending ``per_client`` requests; latencies and wall time."""
-    latencies: list[float] = []
+@dataclass
+class Pass:
+    """One load pass: latency per request, the wall time, and per answer carrying
+    llama-server's ``timings`` its latency outside the engine's compute and that compute."""
+
+    latencies: list[float]
+    wall: float
+    outside: list[float]
+    compute: list[float]
+
+
+def load(server: Server, clients: int, per_client: int) -> Pass:
+    """``clients`` threads each sending ``per_client`` requests."""
+    done = Pass([], 0.0, [], [])
     lock = threading.Lock()
     errors: list[str] = []
 
     def run() -> None:
         with httpx.Client(base_url=server.url, headers=headers(server), timeout=60) as client:
-            mine = []
+            mine: list[tuple[float, float | None]] = []
             for _ in range(per_client):
                 started = time.perf_counter()
                 reply = client.post("/v1/chat/completions", json=BODY)
-                mine.append(time.perf_counter() - started)
+                elapsed = time.perf_counter() - started
                 if reply.status_code != 200:
                     errors.append(f"{reply.status_code}: {reply.text[:200]}")
+                    continue
+                mine.append((elapsed, outside_engine(reply, elapsed)))
             with lock:
-                latencies.extend(mine)
+                for elapsed, spent in mine:
+                    done.latencies.append(elapsed)
+                    if spent is not None:
+                        done.outside.append(spent)
+                        done.compute.append(elapsed - spent)
 
     workers = [threading.Thread(target=run) for _ in range(clients)]
     started = time.perf_counter()
@@ -302,10 +319,10 @@ def load(server: Server, clients: int, per_client: int) -> tuple[list[float], fl
         worker.start()
     for worker in workers:
         worker.join()
-    wall = time.perf_counter() - started
+    done.wall = time.perf_counter() - started
     if errors:
         raise RuntimeError(f"{len(errors)} failed requests, first: {errors[0]}")
-    return latencies, wall
+    return done
 
 
 def alternate(
@@ -386,28 +403,47 @@ def report(name: str, direct: list[float], routed: list[float]) -> None:
 
 def concurrent_pass(engine: Server, router: Server, rounds: int, requests: int) -> float:
     """Alternating rounds of 8 clients against each path: latency, requests/s and CPU per
-    routed request printed; the router's CPU per request (ms) returned."""
-    latencies: dict[str, list[float]] = {"direct": [], "router": []}
-    walls = {"direct": 0.0, "router": 0.0}
+    routed request printed; the router's CPU per request (ms) returned.
+
+    The engine's own decode speed drifts by about 10% from one round to the next on a
+    shared machine, more than the router's cost, so requests/s alone can favour either
+    path by a few percent. The pass therefore also prints each path's engine compute
+    (``timings``) and its latency outside that compute: the router's cost under load."""
+    passes: dict[str, list[Pass]] = {"direct": [], "router": []}
     cpu = {"router": 0.0, "engine": 0.0}
     routed = 0
     for i in range(rounds):
         order = (("direct", engine), ("router", router))
         for name, server in order if i % 2 == 0 else order[::-1]:
             before = (router.cpu_seconds(), engine.cpu_seconds())
-            got, wall = load(server, CLIENTS, requests)
+            done = load(server, CLIENTS, requests)
             if name == "router":
                 cpu["router"] += router.cpu_seconds() - before[0]
                 cpu["engine"] += engine.cpu_seconds() - before[1]
-                routed += len(got)
-            latencies[name] += got
-            walls[name] += wall
-    report(f"{CLIENTS} clients", latencies["direct"], latencies["router"])
-    rate = {name: len(latencies[name]) / walls[name] for name in walls}
+                routed += len(done.latencies)
+            passes[name].append(done)
+
+    def joined(name: str, field: str) -> list[float]:
+        return [v for done in passes[name] for v in getattr(done, field)]
+
+    report(f"{CLIENTS} clients", joined("direct", "latencies"), joined("router", "latencies"))
+    rate = {
+        name: sum(len(d.latencies) for d in done) / sum(d.wall for d in done)
+        for name, done in passes.items()
+    }
     print(
         f"{CLIENTS} clients: direct {rate['direct']:.1f} req/s | router "
         f"{rate['router']:.1f} req/s ({100 * rate['router'] / rate['direct']:.1f}% of direct)"
     )
+    if joined("direct", "outside") and joined("router", "outside"):
+        c50 = {n: 1000 * statistics.median(joined(n, "compute")) for n in passes}
+        o50 = {n: 1000 * statistics.median(joined(n, "outside")) for n in passes}
+        print(
+            f"{CLIENTS} clients: engine compute per request (timings), p50: direct "
+            f"{c50['direct']:.1f} ms | router {c50['router']:.1f} ms; outside it, p50: direct "
+            f"{o50['direct']:.2f} ms | router {o50['router']:.2f} ms | added "
+            f"{o50['router'] - o50['direct']:+.2f} ms"
+        )
     per = {k: 1000.0 * v / routed for k, v in cpu.items()}
     print(
         f"CPU per routed request: router {per['router']:.2f} ms | engine "
@@ -497,7 +533,8 @@ def main() -> None:
             # admission queue, where each released slot must not cost a pass over them all
             crowd = OVERLOAD * CLIENTS
             before = router.cpu_seconds()
-            got, wall = load(router, crowd, args.overload_requests)
+            crowded = load(router, crowd, args.overload_requests)
+            got, wall = crowded.latencies, crowded.wall
             spent = 1000.0 * (router.cpu_seconds() - before) / len(got)
             print(
                 f"{crowd} clients ({crowd - CLIENTS} waiting at the router for the engine's "
