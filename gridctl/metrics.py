@@ -27,7 +27,8 @@ from prometheus_client.registry import Collector
 from gridctl.domain import HostState, Mode, ResidencyState, UnsatisfiedCode
 
 if TYPE_CHECKING:
-    from gridctl.controller.control import Controller, TickRecord
+    from gridctl.controller.control import Controller
+    from gridctl.controller.tickview import TickRecord
     from gridctl.router.telemetry import RequestObservation
 
 TICK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -67,7 +68,7 @@ class _StateCollector(Collector):
 
     @staticmethod
     def _plan(ctl: Controller) -> Iterator[Metric]:
-        plan, result = ctl.last_plan, ctl.last_result
+        plan, result = ctl.view.plan, ctl.view.result
         assignments = plan.assignments if plan else ()
         placed = GaugeMetricFamily(
             "gridctl_plan_assignments",

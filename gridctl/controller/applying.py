@@ -299,7 +299,7 @@ def _refusal(message: str, moved: list[dict[str, Any]] | None = None) -> dict[st
 
 def applied_summary(ctl: Controller, planned: list[dict[str, Any]]) -> dict[str, Any]:
     """After the tick: the controller's own actions beside the plan's (ids are stable)."""
-    result = ctl.last_result
+    result = ctl.view.result
     mode, refused = ctl.effective_mode()
     now_rows = [action_to_json(a) for a in result.actions] if result else []
     held_rows = [action_to_json(a) for a in result.deferred] if result else []

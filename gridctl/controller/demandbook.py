@@ -59,10 +59,7 @@ class DemandBook:
         """
         artifacts = {p.name: p.artifact.sha256 for p in profiles}
         with self._lock:
-            learner = self._learner
-            learner.policy = learner.sequences.policy = learner.outcomes.policy = policy
-            learner.catalog = catalog
-            learner.configure(artifacts)
+            self._learner.retarget(policy, catalog, artifacts)
 
     def picture(self, now: float) -> DemandPicture:
         """An immutable copy of the learners' state (taken under the lock)."""
@@ -166,7 +163,6 @@ class DemandBook:
         """
         with self._lock:
             learner = copy.deepcopy(self._learner)
-        learner.policy = learner.sequences.policy = learner.outcomes.policy = desired.policy
-        learner.catalog = desired.catalog
-        learner.configure({p.name: p.artifact.sha256 for p in desired.profiles})
+        artifacts = {p.name: p.artifact.sha256 for p in desired.profiles}
+        learner.retarget(desired.policy, desired.catalog, artifacts)
         return learned_forecast(learner, now, desired.policy)

@@ -24,11 +24,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from gridctl.controller.ticking import TickInputs, TickOutcome, compute_tick
 from gridctl.domain import Action, DesiredState, FleetSnapshot, ModelDemand
 from gridctl.planner import plan_to_json
 from gridctl.planner.canonical import canonical_text
 from gridctl.reconcile import action_to_json, history_from_json, pending_from_json
+from gridctl.tick.computing import TickInputs, TickOutcome, compute_tick
 
 INPUT_NAMES = (
     "revision",

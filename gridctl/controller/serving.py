@@ -38,8 +38,8 @@ from gridctl.controller.routerkeys import guard_router_route, serving_names
 from gridctl.controller.statusdoc import model_rows
 from gridctl.controller.stores import DEFAULT_LEASE_SECONDS
 from gridctl.controller.stores.opening import open_lease, open_store
-from gridctl.controller.ticking import compute_tick
 from gridctl.controller.tickworker import ProcessTicks
+from gridctl.tick.computing import compute_tick
 
 if TYPE_CHECKING:
     from gridctl.controller.stores.postgres import PostgresLocation
@@ -310,7 +310,7 @@ class ControllerService:
         The first 503 after quiet ticks reads the table of the last tick that saw one
         (a reason at most a few ticks old) and asks the next tick for a fresh one."""
         self._reasons_asked = True
-        if self.controller.last_tick is None:
+        if self.controller.view.tick is None:
             return "Unknown: no plan yet"
         table = self._reasons
         if table is None:  # only before the first tick that saw a 503
@@ -486,7 +486,7 @@ class ControllerService:
         )
         self.router = router
         router.unbound = UnboundDirectory(  # unbound requests follow the workload portfolio
-            lambda: self.controller.last_portfolio,
+            lambda: self.controller.view.portfolio,
             lambda: (self.controller.current_desired() or DesiredState("", False)).catalog,
             lambda model: bool(self.registry.routable(model, self.options.clock())),
             lambda: {

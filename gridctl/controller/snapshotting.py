@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from gridctl.controller.control import Controller
-from gridctl.controller.demandbook import with_correlation
-from gridctl.controller.learned import learned_rows, with_learned
+from gridctl.demand.direct import with_correlation
 from gridctl.domain import HostSnapshot, ModelDemand
+from gridctl.tick.learned import learned_rows, with_learned
+from gridctl.tick.timings import startup_estimates
 
 
 def _host(h: HostSnapshot) -> dict[str, Any]:
@@ -106,7 +107,7 @@ def snapshot_document(ctl: Controller) -> dict[str, Any]:
     snap = ctl.registry.snapshot(now, demand)
     if desired is not None:  # what the tick attaches: learned timings and per-model speed
         profiles = {p.name: p for p in desired.profiles}
-        startup = ctl._startup_estimates(profiles, now, desired.policy)
+        startup = startup_estimates(ctl.store.timings(), profiles, now, desired.policy)
         snap = with_learned(snap, learned_rows(profiles, startup, ctl.registry.speed_evidence()))
     return {
         "schema_version": 1,

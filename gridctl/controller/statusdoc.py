@@ -12,10 +12,13 @@ from gridctl import __version__
 from gridctl.controller.control import Controller
 from gridctl.controller.ownership import ownership_document
 from gridctl.controller.snapshotting import demand_json
-from gridctl.domain import HostState, Mode, Plan, ResidencyState
+from gridctl.controller.tickview import PortfolioBundle, PortfolioKey
+from gridctl.demand.direct import with_correlation
+from gridctl.domain import FleetSnapshot, HostState, Mode, Plan, ResidencyState
 from gridctl.domain.profiles import ModelProfile
 from gridctl.planner.canonical import plan_to_json
-from gridctl.planner.portfolio import admission_row_json, portfolio_to_json
+from gridctl.planner.portfolio import admission_row_json, plan_portfolio, portfolio_to_json
+from gridctl.planner.portfolio_inputs import portfolio_inputs
 from gridctl.planner.portfolio_types import PortfolioResult
 from gridctl.reconcile import PendingAction, action_to_json
 
@@ -40,8 +43,8 @@ def _hosts(ctl: Controller, now: float) -> list[dict[str, Any]]:
         residencies = []
         used = res.external_mb
         snapshot_states = {}
-        if ctl.last_snapshot is not None:
-            snap_host = ctl.last_snapshot.host(record.host_id)
+        if ctl.view.snapshot is not None:
+            snap_host = ctl.view.snapshot.host(record.host_id)
             if snap_host is not None:
                 snapshot_states = {r.model_id: r.state.value for r in snap_host.residencies}
         for r in record.residencies:
@@ -120,12 +123,12 @@ def artifact_summary(row: dict[str, Any]) -> dict[str, Any]:
 
 def _models(ctl: Controller, now: float, mode: Mode) -> list[dict[str, Any]]:
     desired = ctl.current_desired()
-    plan: Plan | None = ctl.last_plan
+    plan: Plan | None = ctl.view.plan
     targets = dict(plan.targets) if plan else {}
     pending_models = {p.action.model_id for p in ctl.store.pending()}
     proposed_models = (
-        {a.model_id for a in (ctl.last_result.actions + ctl.last_result.deferred)}
-        if ctl.last_result
+        {a.model_id for a in (ctl.view.result.actions + ctl.view.result.deferred)}
+        if ctl.view.result
         else set()
     )
     unmet: dict[str, list[str]] = {}
@@ -226,49 +229,75 @@ def portfolio_status(portfolio: PortfolioResult | None) -> dict[str, Any] | None
     return document
 
 
+def status_portfolio(ctl: Controller) -> tuple[PortfolioBundle | None, bool]:
+    """The portfolio bundle a read-only status query shows, and whether it was reused.
+
+    The tick's bundle is reused only when timestamp, node snapshots, model profiles and
+    the telemetry revision are all identical; otherwise the portfolio is solved afresh
+    on the current inputs (read-only: the plan and commands stay the tick's) and kept
+    for the next status query on the same inputs.
+    """
+    desired = ctl.current_desired()
+    if desired is None:
+        return None, False
+    now = ctl.clock()
+    picture = ctl.demand.picture(now)
+    hosts = ctl.registry.snapshot(now).hosts
+    key: PortfolioKey = (now, hosts, tuple(desired.profiles), picture.revision)
+    for bundle in (ctl.view.bundle, ctl.status_bundle):
+        if bundle is not None and bundle.key == key:
+            return bundle, True
+    configured = [p.name for p in desired.profiles]
+    forecast = with_correlation(ctl.demand.forecast(now, desired.policy), picture, configured)
+    snapshot = FleetSnapshot(now=now, hosts=hosts, demand=forecast)
+    bundle = PortfolioBundle(key, plan_portfolio(portfolio_inputs(desired, snapshot, picture)))
+    ctl.status_bundle = bundle
+    return bundle, False
+
+
 def build_status(ctl: Controller) -> dict[str, Any]:
     now = ctl.clock()
     mode, refused = ctl.effective_mode()
     desired = ctl.current_desired()
     override = ctl.override()
     memory = ctl.store.memory()
-    plan = ctl.last_plan
-    bundle, reused = ctl.status_portfolio()
-    portfolio = bundle.portfolio if bundle is not None else ctl.last_portfolio
-    sources = ctl.last_correlation_sources
-    result = ctl.last_result
-    with ctl._lock:
-        pending = sorted(ctl.store.pending(), key=lambda p: (p.queued, p.action_id))
-        pending_rows = [_pending_json(p) for p in pending]
-        delivered_ids = sorted(p.action_id for p in pending if p.delivered)
-        withdrawn = [
-            {
-                "action_id": w.action_id,
-                "kind": w.kind.value,
-                "host_id": w.host_id,
-                "model_id": w.model_id,
-                "executable": False,
-                "blocked": "withdrawn_destructive",
-                "reason": f"withdrawn at {w.withdrawn_at:.0f}",
-                "created_at": w.withdrawn_at,
-            }
-            for w in memory.withdrawn
-        ]
-        history = list(ctl.events)[-200:]
-        revisions = dict(ctl.revisions)
-        tombstones = [
-            {
-                "model_id": t.model_id,
-                "created_at": t.retired_at,
-                "reason": "profile removed; target zero replicas",
-            }
-            for t in memory.tombstones
-        ]
+    view = ctl.view
+    plan = view.plan
+    bundle, reused = status_portfolio(ctl)
+    portfolio = bundle.portfolio if bundle is not None else view.portfolio
+    sources = view.correlation_sources
+    result = view.result
+    pending = sorted(ctl.store.pending(), key=lambda p: (p.queued, p.action_id))
+    pending_rows = [_pending_json(p) for p in pending]
+    delivered_ids = sorted(p.action_id for p in pending if p.delivered)
+    withdrawn = [
+        {
+            "action_id": w.action_id,
+            "kind": w.kind.value,
+            "host_id": w.host_id,
+            "model_id": w.model_id,
+            "executable": False,
+            "blocked": "withdrawn_destructive",
+            "reason": f"withdrawn at {w.withdrawn_at:.0f}",
+            "created_at": w.withdrawn_at,
+        }
+        for w in memory.withdrawn
+    ]
+    history = ctl.events.rows()[-200:]
+    revisions = ctl.revisions.snapshot()
+    tombstones = [
+        {
+            "model_id": t.model_id,
+            "created_at": t.retired_at,
+            "reason": "profile removed; target zero replicas",
+        }
+        for t in memory.tombstones
+    ]
     hosts = _hosts(ctl, now)
     models = _models(ctl, now, mode)
     plan_json = plan_to_json(plan) if plan else None
     if plan_json is not None:
-        plan_json["generation"] = str(ctl.last_generation) if ctl.last_generation else None
+        plan_json["generation"] = str(view.generation) if view.generation else None
     warnings = ctl.all_warnings()
     if refused:
         warnings.append(refused)
@@ -281,7 +310,7 @@ def build_status(ctl: Controller) -> dict[str, Any]:
             "holds_authority": ctl.holds_authority(),
             "leader_url": ctl.leader_url(),
             "lease_expires_at": ctl.authority.lease_expires_at,
-            "plan_generation": str(ctl.last_generation) if ctl.last_generation else None,
+            "plan_generation": str(view.generation) if view.generation else None,
             "started_at": ctl.started_at,
             "version": __version__,
         },
@@ -319,7 +348,7 @@ def build_status(ctl: Controller) -> dict[str, Any]:
         "tombstones": tombstones,
         "forecasts": [
             {**demand_json(d), "sources": list(sources.get(d.model_id, ()))}
-            for d in (ctl.last_snapshot.demand if ctl.last_snapshot else ())
+            for d in (ctl.view.snapshot.demand if ctl.view.snapshot else ())
         ],
         "plan": plan_json,
         "reconciliation": None
@@ -347,19 +376,19 @@ def build_status(ctl: Controller) -> dict[str, Any]:
         ],
         "revisions": revisions,
         "last_tick": None
-        if ctl.last_tick is None
+        if view.tick is None
         else {
-            "at": ctl.last_tick.at,
-            "duration_ms": round(ctl.last_tick.duration_ms, 3),
-            "ok": ctl.last_tick.ok,
-            "error": ctl.last_tick.error,
-            "phases_ms": {phase: round(spent, 3) for phase, spent in ctl.last_tick.phases},
+            "at": view.tick.at,
+            "duration_ms": round(view.tick.duration_ms, 3),
+            "ok": view.tick.ok,
+            "error": view.tick.error,
+            "phases_ms": {phase: round(spent, 3) for phase, spent in view.tick.phases},
         },
         "last_successful_tick_duration_ms": (
-            round(ctl.last_success_ms, 3) if ctl.last_success_ms is not None else None
+            round(view.success_ms, 3) if view.success_ms is not None else None
         ),
-        "delivery_safety_error": ctl.delivery_safety_error,
-        "uncertain_delivery_markers": dict(sorted(ctl.uncertain_markers.items())),
+        "delivery_safety_error": ctl.delivery.safety_error,
+        "uncertain_delivery_markers": dict(sorted(ctl.delivery.uncertain_markers.items())),
         "warnings": warnings,
         "history": history,
         "admission": [admission_row_json(r) for r in portfolio.admission] if portfolio else [],

@@ -29,7 +29,6 @@ from typing import Any
 from gridctl.controller import store_rows
 from gridctl.controller.stores import Backend, Transaction
 from gridctl.controller.stores.sqlite import SqliteBackend
-from gridctl.controller.timings import LearnedTiming, TimingKind, learn, timing_kind, valid_report
 from gridctl.domain import ControllerPolicy, Mode, Receipt, ReceiptStatus
 from gridctl.errors import PermanentError, TransientError
 from gridctl.reconcile import (
@@ -43,6 +42,7 @@ from gridctl.reconcile import (
     WithdrawnDestructive,
     judge_acknowledgement,
 )
+from gridctl.tick.timings import LearnedTiming, TimingKind, learn, timing_key, valid_report
 
 DEFAULT_HISTORY_LIMIT = 10_000
 MODE_OVERRIDE = "mode"
@@ -415,11 +415,16 @@ class ControllerStore:
         policy: ControllerPolicy,
         now: float,
     ) -> TimingKind | None:
-        kind = timing_kind(record.kind, receipt.artifact_fetched)
-        if kind is None or not valid_report(receipt.duration_seconds, policy):
+        key = timing_key(
+            record.kind,
+            record.host_id,
+            record.model_id,
+            record.artifact_sha256,
+            receipt.artifact_fetched,
+        )
+        if key is None or not valid_report(receipt.duration_seconds, policy):
             return None
         assert receipt.duration_seconds is not None
-        key = (record.host_id, record.model_id, record.artifact_sha256 or "", kind.value)
         previous = store_rows.read_timing(conn, key)
         updated = learn(previous, float(receipt.duration_seconds), now, policy)
         conn.execute(
@@ -430,7 +435,7 @@ class ControllerStore:
             "updated_at = excluded.updated_at",
             (*key, updated.seconds, updated.samples, updated.updated_at),
         )
-        return kind
+        return TimingKind(key[3])
 
     def timing(
         self, host_id: str, model_id: str, artifact_sha256: str | None, kind: TimingKind

@@ -12,7 +12,6 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from gridctl.controller.stores import Transaction
-from gridctl.controller.timings import LearnedTiming
 from gridctl.domain import Action, ActionKind, DemandClass, Receipt, ReceiptStatus
 from gridctl.reconcile import (
     AckDecision,
@@ -21,6 +20,7 @@ from gridctl.reconcile import (
     PendingAction,
     PlanGeneration,
 )
+from gridctl.tick.timings import LearnedTiming
 
 COLUMNS = (
     "action_id",

@@ -25,10 +25,10 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
-from gridctl.controller.ticking import TickInputs, TickOutcome, compute_tick, planned_snapshot
-from gridctl.domain import Plan
+from gridctl.domain import ModelDemand, Plan
 from gridctl.planner.portfolio_types import PortfolioResult
 from gridctl.reconcile import ReconcileResult
+from gridctl.tick.computing import TickInputs, TickOutcome, compute_tick, planned_snapshot
 
 log = logging.getLogger(__name__)
 PARENT_CHECK_SECONDS = 1.0
@@ -39,22 +39,30 @@ class TickWorkerLost(RuntimeError):
 
 
 @dataclass(frozen=True)
-class Decision:
+class Answer:
     """What crosses back from the worker: the outcome without the planned-on snapshot,
     which the parent rebuilds from the inputs it already holds (it is the largest part)."""
 
     plan: Plan
     result: ReconcileResult
-    portfolio: PortfolioResult
+    demand: tuple[ModelDemand, ...]
+    portfolio: PortfolioResult | None
     retired: tuple[str, ...]
     tombstoned: tuple[str, ...]
+    mapping: tuple[tuple[str, str | None], ...]
 
 
-def decide(inputs: TickInputs) -> Decision:
+def decide(inputs: TickInputs) -> Answer:
     """Runs in the worker."""
     outcome = compute_tick(inputs)
-    return Decision(
-        outcome.plan, outcome.result, outcome.portfolio, outcome.retired, outcome.tombstoned
+    return Answer(
+        outcome.plan,
+        outcome.result,
+        outcome.snapshot.demand,
+        outcome.portfolio,
+        outcome.retired,
+        outcome.tombstoned,
+        outcome.mapping,
     )
 
 
@@ -100,7 +108,7 @@ class ProcessTicks:
     def __call__(self, inputs: TickInputs) -> TickOutcome:
         pool = self._executor()
         try:
-            decision = pool.submit(decide, inputs).result()
+            answer = pool.submit(decide, inputs).result()
         except BrokenProcessPool as exc:
             with self._lock:
                 if self._pool is pool:
@@ -111,14 +119,14 @@ class ProcessTicks:
             raise TickWorkerLost(
                 "the planning process exited before answering; the next tick starts another"
             ) from exc
-        snapshot = planned_snapshot(inputs, decision.portfolio.demand)
         return TickOutcome(
-            decision.plan,
-            decision.result,
-            snapshot,
-            decision.portfolio,
-            decision.retired,
-            decision.tombstoned,
+            answer.plan,
+            answer.result,
+            planned_snapshot(inputs, answer.demand),
+            answer.portfolio,
+            answer.retired,
+            answer.tombstoned,
+            answer.mapping,
         )
 
     def close(self) -> None:
@@ -128,4 +136,4 @@ class ProcessTicks:
             pool.shutdown(wait=True, cancel_futures=True)
 
 
-__all__ = ["Decision", "ProcessTicks", "TickWorkerLost", "decide"]
+__all__ = ["Answer", "ProcessTicks", "TickWorkerLost", "decide"]

@@ -93,6 +93,18 @@ class DemandLearner:
             del self.direct[model]
         self.outcomes.retain_artifacts(self.artifacts)
 
+    def retarget(
+        self,
+        policy: ControllerPolicy,
+        catalog: WorkloadCatalog,
+        artifacts: Mapping[str, str | None],
+    ) -> None:
+        """Point the learners at a desired state's policy, catalog and configured artifacts.
+        Learned state survives a policy or catalog change; only the tunables move."""
+        self.policy = self.sequences.policy = self.outcomes.policy = policy
+        self.catalog = catalog
+        self.configure(artifacts)
+
     def _series(self, book: dict[str, BucketSeries], name: str) -> BucketSeries:
         return book.get(name) or BucketSeries(
             name, self.policy.demand_bucket_seconds, self.policy.demand_window_buckets

@@ -1,15 +1,16 @@
-"""The lab's controller: the production tick on a simulated clock.
+"""The lab's controller: production's tick and delivery gate on a simulated clock.
 
-Per tick this runs what ``gridctl.controller.control.Controller`` runs, through
-the same pure entry points: simulated router observations folded into the
-production learners (``observation_features``), the learners' picture and
-their gated direct forecast (``learned_forecast``) with correlation merged
-in, pending work overlaid on the fleet snapshot, the portfolio (which calls
-the placement planner), and the reconciler in automatic mode; then delivery
-of executable commands, fenced with a term and plan generation, holding back
-a destructive command while too few other ready replicas remain (the
-controller's delivery check). Strategies change only
-what is planned, never the physics or the arrivals.
+Per tick this gathers what ``gridctl.controller.control.Controller`` gathers,
+from the simulated fleet instead of a registry and store: simulated router
+observations folded into the production learners (``observation_features``),
+their picture and gated direct forecast (``learned_forecast``) combined the way
+the controller combines them (``tick_demand``), the pending and finished work of
+its action book, the reconciler's memory and the profiles of the last tick (for
+retirement tombstones). Then it calls the same ``compute_tick`` in automatic
+mode, with the strategy plugged in as the decision function, and delivers
+through the same ``delivery_gate``: its READY residencies are the routes, each
+leased from the host's last simulated heartbeat. Strategies change only what
+is planned, never the physics, the arrivals or the delivery rule.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from gridctl.demand import DemandLearner, DemandPicture
-from gridctl.demand.direct import with_correlation
 from gridctl.demand.intake import RequestObservation, learned_forecast, observation_features
 from gridctl.domain import (
     Action,
@@ -28,29 +28,51 @@ from gridctl.domain import (
     HostSnapshot,
     Mode,
     ModelDemand,
+    ModelProfile,
     Plan,
+    Receipt,
+    ReceiptStatus,
     ResidencyState,
 )
 from gridctl.lab.actionbook import ActionBook
 from gridctl.lab.strategies import (
-    Decision,
     Strategy,
     greedy_decision,
     reactive_picture,
     reactive_policy,
     static_workloads,
 )
-from gridctl.planner import PortfolioResult, plan_portfolio
-from gridctl.planner.portfolio_inputs import portfolio_inputs
+from gridctl.planner import PortfolioResult
 from gridctl.reconcile import (
     ControllerMemory,
+    PendingAction,
     PlanGeneration,
     ReconcileResult,
     command_to_json,
     delivery_order,
-    reconcile,
 )
-from gridctl.reconcile.overlays import with_pending_work
+from gridctl.tick import (
+    Admit,
+    Decide,
+    Decision,
+    DeliveryFacts,
+    TickInputs,
+    TickOutcome,
+    compute_tick,
+    decide_by_portfolio,
+    delivery_gate,
+    routes_from_hosts,
+    tick_demand,
+)
+from gridctl.tick.learned import learned_rows, with_learned
+from gridctl.tick.timings import (
+    LearnedTiming,
+    TimingKey,
+    learn,
+    startup_estimates,
+    timing_key,
+    valid_report,
+)
 
 CONTROLLER_ID = "lab-controller"
 TERM = 1
@@ -58,78 +80,137 @@ EPOCH = "1ab"
 
 
 @dataclass
-class TickOutcome:
-    decision: Decision
-    result: ReconcileResult
-    portfolio: PortfolioResult | None
-    snapshot: FleetSnapshot  # what the plan was reconciled against (pending work overlaid)
+class LabTick:
+    """One lab tick: the production tick's outcome, and the safety audit of its actions."""
+
+    outcome: TickOutcome
     unsafe: list[str] = field(default_factory=list)
+
+    @property
+    def plan(self) -> Plan:
+        return self.outcome.plan
+
+    @property
+    def result(self) -> ReconcileResult:
+        return self.outcome.result
+
+    @property
+    def snapshot(self) -> FleetSnapshot:
+        return self.outcome.snapshot
+
+    @property
+    def portfolio(self) -> PortfolioResult | None:
+        return self.outcome.portfolio
+
+    @property
+    def mapping(self) -> tuple[tuple[str, str | None], ...]:
+        return self.outcome.mapping
+
+
+def _no_cache_work(entry: PendingAction) -> bool:
+    """Reactive control issues no predictive cache-only prefetch."""
+    return not (entry.action.kind is ActionKind.LOAD and entry.action.memory_mb == 0)
 
 
 class LabController:
     def __init__(self, desired: DesiredState, strategy: Strategy, mix: Mapping[str, float]):
-        self.desired = desired
         self.strategy = strategy
-        self.policy = desired.policy
-        self.profiles = {p.name: p for p in desired.profiles}
         self.learner = DemandLearner(desired.policy, desired.catalog)
-        self.learner.configure({p.name: p.artifact.sha256 for p in desired.profiles})
         self.book = ActionBook()
         self.memory = ControllerMemory()
         self.sequence = 0
         self.generation: PlanGeneration | None = None
         self.mix = dict(mix)
         self.fixed: Decision | None = None
-        self.last: Decision | None = None
+        self.last: TickOutcome | None = None
+        self.previous: dict[str, ModelProfile] | None = None
+        self.timings: dict[TimingKey, LearnedTiming] = {}  # learned as the store learns them
+        self.commit(desired)
+
+    def commit(self, desired: DesiredState) -> None:
+        """A new desired state, as a commit the controller's watcher took."""
+        self.desired = desired
+        self.policy = desired.policy
+        self.profiles = {p.name: p for p in desired.profiles}
+        artifacts = {p.name: p.artifact.sha256 for p in desired.profiles}
+        self.learner.retarget(desired.policy, desired.catalog, artifacts)
 
     # -- intake --------------------------------------------------------------------
+
+    def acknowledge(self, receipt: Receipt, now: float) -> None:
+        """One node receipt: judged by the action book; a success teaches its timing."""
+        entry = self.book.acknowledge(receipt, now)
+        if entry is None or entry.status is not ReceiptStatus.SUCCEEDED:
+            return
+        key = timing_key(
+            entry.kind,
+            entry.host_id,
+            entry.model_id,
+            entry.artifact_sha256,
+            receipt.artifact_fetched,
+        )
+        if key is not None and valid_report(receipt.duration_seconds, self.policy):
+            seconds = float(receipt.duration_seconds or 0.0)
+            self.timings[key] = learn(self.timings.get(key), seconds, now, self.policy)
 
     def observe(self, observation: RequestObservation) -> None:
         """One simulated router observation, as the controller's demand book takes it."""
         self.learner.observe(observation_features(observation))
 
     def forecast(self, now: float) -> tuple[DemandPicture, tuple[ModelDemand, ...]]:
-        """The learners' picture and the demand the planner gets: their gated direct
-        forecast with correlation merged in (predictive inputs removed for reactive)."""
+        """The learners' picture and the demand the planner gets, combined as the controller
+        combines them (predictive inputs removed for reactive; the lab's engines queue
+        nothing)."""
         picture, direct = learned_forecast(self.learner, now, self.policy)
         if self.strategy is Strategy.REACTIVE:
             picture = reactive_picture(picture)
-        return picture, with_correlation(direct, picture, self.profiles)
+        return picture, tick_demand(direct, picture, {}, self.profiles)
 
-    # -- the tick ------------------------------------------------------------------
+    # -- the strategies as decision functions --------------------------------------
 
-    def _smart(
-        self, now: float, hosts: tuple[HostSnapshot, ...]
-    ) -> tuple[Decision, PortfolioResult]:
-        desired = self.desired
-        picture, forecast = self.forecast(now)
+    def _decide(self, minute_counts: Mapping[str, int], named_counts: Mapping[str, int]) -> Decide:
+        if self.strategy is Strategy.SMART:
+            return decide_by_portfolio
         if self.strategy is Strategy.REACTIVE:
-            desired = replace(desired, policy=reactive_policy(desired.policy))
-        snapshot = with_pending_work(
-            FleetSnapshot(now=now, hosts=hosts, demand=forecast), self.book.pending_list(), now
-        )
-        portfolio = plan_portfolio(portfolio_inputs(desired, snapshot, picture))
-        return Decision(portfolio.plan, portfolio.demand, portfolio.mapping), portfolio
+
+            def reactive(
+                desired: DesiredState, snapshot: FleetSnapshot, picture: DemandPicture | None
+            ) -> Decision:
+                lookless = replace(desired, policy=reactive_policy(desired.policy))
+                return decide_by_portfolio(lookless, snapshot, picture)
+
+            return reactive
+        if self.strategy is Strategy.STATIC:
+            return self._static
+
+        def greedy(
+            desired: DesiredState, snapshot: FleetSnapshot, picture: DemandPicture | None
+        ) -> Decision:
+            return greedy_decision(
+                self.profiles, snapshot, self.policy, minute_counts, named_counts
+            )
+
+        return greedy
 
     def _static(
-        self, now: float, hosts: tuple[HostSnapshot, ...]
-    ) -> tuple[Decision, PortfolioResult | None]:
-        if self.fixed is not None:
-            return self.fixed, None
-        window = self.policy.demand_bucket_seconds * self.policy.demand_window_buckets / 60.0
-        picture = self.learner.picture(now)
-        picture = replace(
-            picture,
-            models=(),
-            workloads=static_workloads(self.mix, window),
-            transitions=(),
-            relations=(),
-            outcomes=(),
-        )
-        snapshot = FleetSnapshot(now=now, hosts=hosts, demand=())
-        portfolio = plan_portfolio(portfolio_inputs(self.desired, snapshot, picture))
-        self.fixed = Decision(portfolio.plan, portfolio.demand, portfolio.mapping)
-        return self.fixed, portfolio
+        self, desired: DesiredState, snapshot: FleetSnapshot, picture: DemandPicture | None
+    ) -> Decision:
+        """The population's average mix, planned once on the first tick's fleet."""
+        if self.fixed is None:
+            window = self.policy.demand_bucket_seconds * self.policy.demand_window_buckets / 60.0
+            base = picture if picture is not None else self.learner.picture(snapshot.now)
+            mixed = replace(
+                base,
+                models=(),
+                workloads=static_workloads(self.mix, window),
+                transitions=(),
+                relations=(),
+                outcomes=(),
+            )
+            self.fixed = decide_by_portfolio(desired, replace(snapshot, demand=()), mixed)
+        return replace(self.fixed, portfolio=None)
+
+    # -- the tick ------------------------------------------------------------------
 
     def tick(
         self,
@@ -137,121 +218,97 @@ class LabController:
         hosts: tuple[HostSnapshot, ...],
         minute_counts: Mapping[str, int],
         named_counts: Mapping[str, int],
-    ) -> TickOutcome:
-        portfolio: PortfolioResult | None = None
-        if self.strategy in (Strategy.SMART, Strategy.REACTIVE):
-            decision, portfolio = self._smart(now, hosts)
-        elif self.strategy is Strategy.STATIC:
-            decision, portfolio = self._static(now, hosts)
-        else:
-            snapshot = with_pending_work(
-                FleetSnapshot(now=now, hosts=hosts), self.book.pending_list(), now
-            )
-            decision = greedy_decision(
-                self.profiles, snapshot, self.policy, minute_counts, named_counts
-            )
-        snapshot = with_pending_work(
-            FleetSnapshot(now=now, hosts=hosts, demand=decision.demand),
-            self.book.pending_list(),
-            now,
-        )
-        result = reconcile(
-            decision.plan,
-            snapshot,
-            self.profiles,
-            self.policy,
-            Mode.AUTOMATIC,
-            self.book.pending_list(),
-            self.book.history_list(),
-            now,
+    ) -> LabTick:
+        picture, forecast = self.forecast(now)
+        startup = startup_estimates(self.timings, self.profiles, now, self.policy)
+        observed = FleetSnapshot(now=now, hosts=hosts, demand=forecast)
+        inputs = TickInputs(
+            now=now,
+            desired=self.desired,
+            observed=with_learned(observed, learned_rows(self.profiles, startup, {})),
+            mode=Mode.AUTOMATIC,
             memory=self.memory,
+            previous_profiles=self.previous,
+            pending=self.book.pending_list(),
+            history=self.book.history_list(),
+            picture=picture,
+            startup=startup,
         )
-        enqueue = result.enqueue
-        if self.strategy is Strategy.REACTIVE:  # no predictive cache work
-            enqueue = tuple(
-                e
-                for e in enqueue
-                if not (e.action.kind is ActionKind.LOAD and e.action.memory_mb == 0)
-            )
-        self.book.apply_tick(enqueue, result.cancellations, now)
-        self.memory = result.memory
+        admit: Admit | None = _no_cache_work if self.strategy is Strategy.REACTIVE else None
+        outcome = compute_tick(inputs, self._decide(minute_counts, named_counts), admit)
+        if self.strategy is Strategy.STATIC and self.last is None:
+            outcome = replace(outcome, portfolio=self.fixed.portfolio if self.fixed else None)
+        for model in outcome.retired:  # as the controller clears a retired model's demand
+            self.learner.direct.pop(model, None)
+        self.book.apply_tick(outcome.result.enqueue, outcome.result.cancellations, now)
+        self.memory = replace(outcome.result.memory, grace=None)
+        self.previous = dict(self.profiles)
         self.sequence += 1
         self.generation = PlanGeneration(
-            EPOCH, self.sequence, decision.plan.input_digest[:16] or "0"
+            EPOCH, self.sequence, outcome.plan.input_digest[:16] or "0"
         )
-        self.last = decision
-        unsafe = last_replica_removals(result.executable, decision.plan, hosts)
-        return TickOutcome(decision, result, portfolio, snapshot, unsafe)
+        self.last = outcome
+        unsafe = last_replica_removals(outcome.result.executable, outcome.plan, hosts)
+        return LabTick(outcome, unsafe)
 
     # -- delivery ------------------------------------------------------------------
 
+    def facts(self, now: float, hosts: Mapping[str, HostSnapshot]) -> DeliveryFacts:
+        """The gate's facts from the simulated fleet: READY residencies are the routes."""
+        return DeliveryFacts(
+            now=now,
+            mode=Mode.AUTOMATIC,
+            issuing=self.generation is not None,
+            plan=self.last.plan if self.last else None,
+            min_route_lease_seconds=self.policy.destructive_min_route_lease_seconds,
+            routes=routes_from_hosts(hosts.values(), now, self.policy.route_lease_seconds),
+            hosts=hosts,
+            profiles=self.profiles,
+        )
+
     def deliverable(
-        self, now: float, hosts: Mapping[str, HostSnapshot]
+        self, now: float, hosts: Mapping[str, HostSnapshot], host_id: str | None = None
     ) -> list[tuple[Action, dict[str, object]]]:
-        """Executable pending commands, newly marked delivered, as wire commands."""
-        if self.generation is None:
-            return []
-        plan = self.last.plan if self.last else None
+        """Executable pending commands (of ``host_id``, default every host) the delivery
+        gate lets through and that were not delivered before, newly marked delivered."""
+        facts = self.facts(now, hosts)
         out: list[tuple[Action, dict[str, object]]] = []
         for held in delivery_order(self.book.pending_list()):
-            action = held.action
-            if held.delivered or not action.executable:
+            if held.delivered or (host_id is not None and held.action.host_id != host_id):
                 continue
-            if action.not_before is not None and action.not_before > now:
-                continue
-            if action.kind.destructive and plan is not None and _holds_last(action, plan, hosts):
+            if not delivery_gate(held, facts).deliver:
                 continue
             command = command_to_json(
-                action,
+                held.action,
                 plan_generation=str(self.generation),
                 controller_term=TERM,
                 controller_id=CONTROLLER_ID,
                 controller_lease_expires_at=now + self.policy.controller_lease_seconds,
             )
-            out.append((action, command))
+            out.append((held.action, command))
         self.book.mark_delivered([a.action_id for a, _ in out], now)
         return out
 
 
-def _ready_hosts(
-    model_id: str, hosts: Mapping[str, HostSnapshot] | tuple[HostSnapshot, ...]
-) -> set[str]:
-    values = hosts.values() if isinstance(hosts, Mapping) else hosts
+def _ready_hosts(model_id: str, hosts: tuple[HostSnapshot, ...]) -> set[str]:
     return {
         h.host_id
-        for h in values
+        for h in hosts
         for r in h.residencies
         if r.model_id == model_id and r.state is ResidencyState.READY
     }
 
 
-def _holds_last(action: Action, plan: Plan, hosts: Mapping[str, HostSnapshot]) -> bool:
-    """The controller's delivery check: a serving replica is not removed while fewer
-    other ready replicas remain than the plan's target, unless the plan names it an
-    explicit preemption victim (the victim drains first, invariant 3)."""
-    target = dict(plan.targets).get(action.model_id, 0)
-    if target <= 0 or action.kind is ActionKind.EVICT or _preempted(action, plan):
-        return False
-    ready = _ready_hosts(action.model_id, hosts)
-    if action.host_id not in ready:
-        return False
-    return len(ready - {action.host_id}) < target
-
-
-def _preempted(action: Action, plan: Plan) -> bool:
-    return any(
-        p.model_id == action.model_id and p.host_id == action.host_id for p in plan.preemptions
-    )
-
-
 def last_replica_removals(
     actions: tuple[Action, ...], plan: Plan, hosts: tuple[HostSnapshot, ...]
 ) -> list[str]:
-    """Safety: executable drains that would take a wanted model's last ready replica
-    (an explicit higher-priority preemption the plan names is the spec's exception)."""
+    """The safety audit of a tick's output (not a delivery rule): executable drains that
+    would take a wanted model's last ready replica. An explicit higher-priority
+    preemption the plan names is the spec's exception."""
     found: list[str] = []
+    preempted = {(p.model_id, p.host_id) for p in plan.preemptions}
     for action in actions:
-        if action.kind is not ActionKind.DRAIN or _preempted(action, plan):
+        if action.kind is not ActionKind.DRAIN or (action.model_id, action.host_id) in preempted:
             continue
         if dict(plan.targets).get(action.model_id, 0) <= 0:
             continue
@@ -259,7 +316,3 @@ def last_replica_removals(
         if ready and not (ready - {action.host_id}):
             found.append(f"drain of the last ready {action.model_id} on {action.host_id}")
     return found
-
-
-def demand_of(decision: Decision) -> dict[str, ModelDemand]:
-    return {d.model_id: d for d in decision.demand}

@@ -27,7 +27,7 @@ from gridctl.domain import (
     WorkloadCatalog,
 )
 from gridctl.lab.arrivals import MINUTE, Arrival, generate, trace_digest
-from gridctl.lab.control import LabController, TickOutcome
+from gridctl.lab.control import LabController, LabTick
 from gridctl.lab.fleets import LabHost, lab_hosts
 from gridctl.lab.models import BASELINE_MODEL, lab_models
 from gridctl.lab.nodes import NodeEvents, SimNode
@@ -194,14 +194,14 @@ def run(world: World, strategy: Strategy, *, keep_plans: bool = False) -> Run:
             _credit_prefetch(node, events, acc, prefetch_credit)
             acc.node(host_id, events)
             for receipt in node.heartbeat(now):
-                controller.book.acknowledge(receipt, now)
+                controller.acknowledge(receipt, now)
             if node.up:
                 seen[host_id] = node.snapshot()
         hosts = tuple(seen[h] for h in sorted(seen))
         outcome = controller.tick(now, hosts, minute_counts, named_counts)
         if keep_plans:
-            decisions.append((minute, outcome.decision.plan, outcome.snapshot))
-        for u in outcome.decision.plan.unsatisfied:
+            decisions.append((minute, outcome.plan, outcome.snapshot))
+        for u in outcome.plan.unsatisfied:
             acc.unsatisfied_minutes[u.model_id] = acc.unsatisfied_minutes.get(u.model_id, 0) + 1
         _actuate(controller, outcome, nodes, seen, now, minute, acc, prefetch_credit, ttl)
         # the minute's requests meet what was READY after the tick
@@ -224,7 +224,7 @@ def run(world: World, strategy: Strategy, *, keep_plans: bool = False) -> Run:
                 )
             )
         pool = _still_ready(pool, nodes)
-        mapping = dict(outcome.decision.mapping)
+        mapping = dict(outcome.mapping)
         log, observations = serve_minute(arrivals, pool, mapping, profiles, classify, sessions)
         for o in observations:
             controller.observe(o)
@@ -278,7 +278,7 @@ def _issued(entry: Any) -> str:
 
 def _actuate(
     controller: LabController,
-    outcome: TickOutcome,
+    outcome: LabTick,
     nodes: dict[str, SimNode],
     seen: dict[str, HostSnapshot],
     now: float,
@@ -331,7 +331,7 @@ def _follow_up(
         return []
     for host_id, node in sorted(nodes.items()):
         for receipt in node.heartbeat(at):
-            controller.book.acknowledge(receipt, at)
+            controller.acknowledge(receipt, at)
         if node.up:
             seen[host_id] = node.snapshot()
     hosts = tuple(seen[h] for h in sorted(seen))
@@ -373,7 +373,7 @@ def _prefetch_card(nodes: Mapping[str, SimNode], acc: Accumulator) -> dict[str, 
 def _timeline_row(
     minute: int,
     minutes: int,
-    outcome: TickOutcome,
+    outcome: LabTick,
     notes: list[str],
     served: Sequence[Served],
     ready: dict[str, list[str]],
@@ -392,12 +392,12 @@ def _timeline_row(
         "phase": phase_of((minute + 0.5) / minutes),
         "events": notes,
         "issued": issued,
-        "mapping": {w: m for w, m in outcome.decision.mapping if m is not None},
+        "mapping": {w: m for w, m in outcome.mapping if m is not None},
         "admission": admission,
         "offered": dict(sorted(offered.items())),
         "served": dict(sorted(ok.items())),
         "ready": {h: m for h, m in ready.items() if m},
-        "unsatisfied": sorted({u.model_id for u in outcome.decision.plan.unsatisfied}),
+        "unsatisfied": sorted({u.model_id for u in outcome.plan.unsatisfied}),
     }
 
 

@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from enum import StrEnum
 
 from gridctl.demand import DemandPicture, WorkloadDemand
@@ -26,12 +26,12 @@ from gridctl.domain import (
     HostSnapshot,
     ModelDemand,
     ModelProfile,
-    Plan,
 )
 from gridctl.planner import plan_placement
 from gridctl.planner.eligibility import static_rejection
 from gridctl.planner.host_views import build_host_view
 from gridctl.planner.runtimes import runtime_for_new_placement
+from gridctl.tick import Decision
 
 
 class Strategy(StrEnum):
@@ -42,15 +42,6 @@ class Strategy(StrEnum):
 
 
 STRATEGIES = tuple(Strategy)
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What a strategy decided this tick: the plan, its demand, and the unbound routing map."""
-
-    plan: Plan
-    demand: tuple[ModelDemand, ...]
-    mapping: tuple[tuple[str, str | None], ...]
 
 
 def reactive_picture(picture: DemandPicture) -> DemandPicture:

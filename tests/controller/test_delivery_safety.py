@@ -127,7 +127,7 @@ async def test_a_heartbeat_whose_tick_failed_gets_no_commands(fleet: Fleet) -> N
     controller._commit = failing_commit  # type: ignore[method-assign]
     try:
         assert await fleet.victim_poll() == []
-        last = controller.last_tick
+        last = controller.view.tick
         assert last is not None and not last.ok
         assert not fleet.delivered()
     finally:
@@ -142,10 +142,10 @@ async def test_drain_waits_while_the_safety_revision_is_ahead_of_the_last_tick(
     await fleet.victim.heartbeat(request_commands=False)
     controller = fleet.service.controller
     assert controller.wait_for_tick(controller.revisions["dirty"], 30.0)
-    with controller._tick_lock:  # no tick may run: the safety change stays unplanned
+    with controller.tick_lock:  # no tick may run: the safety change stays unplanned
         controller.mark_dirty(safety=True)
         assert [c["kind"] for c in controller.commands_for(fleet.victim.host_id)] == []
-        assert "destructive safety changed" in (controller.delivery_safety_error or "")
+        assert "destructive safety changed" in (controller.delivery.safety_error or "")
         assert not fleet.delivered()
     assert controller.wait_for_tick(controller.revisions["dirty"], 30.0)
     # a tick planned from the current safety revision: now it may go
@@ -164,7 +164,7 @@ async def test_replacement_lease_running_out_during_the_marker_write_withdraws_i
     assert await fleet.victim_poll() == []
     assert not fleet.delivered()  # the marker was removed durably
     controller = fleet.service.controller
-    assert "held back" in (controller.delivery_safety_error or "")
+    assert "held back" in (controller.delivery.safety_error or "")
     withdrawn = [e for e in controller.events if e["event"] == "delivery_withdrawn"]
     assert [e["action_id"] for e in withdrawn] == [fleet.drain_id]
 
@@ -172,10 +172,10 @@ async def test_replacement_lease_running_out_during_the_marker_write_withdraws_i
 async def test_safety_change_during_the_marker_write_withdraws_it(fleet: Fleet) -> None:
     await fleet.refresh_keeper(then_advance=20.0)
     controller = fleet.service.controller
-    during_marker_write(fleet, lambda: controller.revisions.__setitem__("safety", 10**6))
+    during_marker_write(fleet, lambda: controller.note_input(semantic=True, safety=True))
     assert await fleet.victim_poll() == []
     assert not fleet.delivered()
-    assert "while the delivery marker was written" in (controller.delivery_safety_error or "")
+    assert "while the delivery marker was written" in (controller.delivery.safety_error or "")
 
 
 async def test_failed_compensation_keeps_the_marker_and_shows_it_in_status(

@@ -54,15 +54,15 @@ async def test_an_unchanged_heartbeat_is_covered_by_the_last_tick_without_anothe
         await host.register()
         await host.heartbeat(request_commands=False)
         ctl.tick()
-        ticks = ctl.counts["ticks"]
+        ticks = ctl.view.ticks
         ctl.wake.clear()
-        before = dict(ctl.revisions)
+        before = ctl.revisions.snapshot()
         answer = await host.heartbeat(request_commands=True)  # polls: answered at once
         assert [c["kind"] for c in answer["allocator"]["commands"]] == ["load"]
         assert ctl.revisions["dirty"] == before["dirty"] + 1  # the causal revision moved
         assert ctl.revisions["processed"] == ctl.revisions["success"] == ctl.revisions["dirty"]
         assert ctl.revisions["safety"] == before["safety"]
-        assert not ctl.wake.is_set() and ctl.counts["ticks"] == ticks
+        assert not ctl.wake.is_set() and ctl.view.ticks == ticks
         # a heartbeat that changes what the planner reads dirties it and wakes the loop
         assert host.cached == {"gemma": GEMMA_SHA}  # the load ran
         host.acks = []  # (and its receipt is not what makes this heartbeat news)
@@ -125,7 +125,7 @@ async def test_waiting_control_polls_hold_no_thread(quiet: Any) -> None:
         hosts = [node(service, client, clock, i) for i in range(1, 41)]
         for host in hosts:
             await host.register()
-        with ctl._tick_lock:  # no tick can finish: every poll waits
+        with ctl.tick_lock:  # no tick can finish: every poll waits
             polls = [asyncio.create_task(h.heartbeat(request_commands=True)) for h in hosts]
             for _ in range(200):
                 await asyncio.sleep(0.01)
@@ -234,7 +234,7 @@ async def test_unchanged_heartbeats_during_a_tick_are_covered_by_it_and_ask_for_
 ) -> None:
     """A busy fleet sends unchanged heartbeats while every tick runs: they are covered when
     that tick ends, so the next unchanged one is answered at once and no tick follows."""
-    from gridctl.controller.ticking import compute_tick
+    from gridctl.tick.computing import compute_tick
 
     service, client, clock = quiet
     ctl = service.controller
@@ -262,9 +262,9 @@ async def test_unchanged_heartbeats_during_a_tick_are_covered_by_it_and_ask_for_
         ctl.compute = compute_tick
         assert ctl.tick_covered(during[0]) is True  # covered by the tick it arrived during
         ctl.wake.clear()
-        ticks = ctl.counts["ticks"]
+        ticks = ctl.view.ticks
         await second.heartbeat(request_commands=True)
-        assert not ctl.wake.is_set() and ctl.counts["ticks"] == ticks
+        assert not ctl.wake.is_set() and ctl.view.ticks == ticks
         assert ctl.revisions["processed"] == ctl.revisions["success"] == ctl.revisions["dirty"]
 
 
@@ -279,7 +279,7 @@ async def test_router_demand_wakes_the_tick_loop_but_holds_back_no_poll(quiet: A
         ctl.tick()
         await host.heartbeat(request_commands=False)
         ctl.wake.clear()
-        ticks, demand = ctl.counts["ticks"], ctl.demand.revision
+        ticks, demand = ctl.view.ticks, ctl.demand.revision
         for _ in range(5):
             answer = await client.post("/v1/chat/completions", json={"model": "gemma"})
             assert answer.status_code == 503
@@ -288,5 +288,5 @@ async def test_router_demand_wakes_the_tick_loop_but_holds_back_no_poll(quiet: A
         assert ctl.wake.is_set()  # the tick loop is asked to plan the new demand
         assert ctl.tick_covered(ctl.revisions["dirty"]) is True  # nothing for a poll to wait on
         await host.heartbeat(request_commands=True)
-        assert ctl.counts["ticks"] == ticks  # answered from the last tick
+        assert ctl.view.ticks == ticks  # answered from the last tick
         assert ctl.revisions["processed"] == ctl.revisions["dirty"]

@@ -266,7 +266,7 @@ async def test_destructive_delivery_needs_more_than_30s_of_replacement_lease(
             return [c["kind"] for c in data["allocator"]["commands"]]
 
         assert await victim_poll_after(31.0) == []  # 29 s of lease left: held back
-        assert "held back" in (service.controller.delivery_safety_error or "")
+        assert "held back" in (service.controller.delivery.safety_error or "")
         assert await victim_poll_after(29.0) == ["drain"]  # 31 s left: delivered
 
 

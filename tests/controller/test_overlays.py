@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from gridctl.controller.overlays import with_pending_work
 from gridctl.domain import (
     Action,
     ActionKind,
@@ -14,6 +13,7 @@ from gridctl.domain import (
     ResidencyState,
 )
 from gridctl.reconcile import PendingAction
+from gridctl.reconcile.overlays import with_pending_work
 
 
 def host(host_id: str, *rows: Residency, cached: tuple[str, ...] = ()) -> HostSnapshot:

@@ -14,7 +14,6 @@ import pytest
 
 from gridctl.controller.store import ControllerStore
 from gridctl.controller.store_schema import DATABASE_NAME
-from gridctl.controller.timings import LearnedTiming, TimingKind, estimate
 from gridctl.domain import ActionKind, ControllerPolicy, Mode, Receipt, ReceiptStatus
 from gridctl.errors import PermanentError
 from gridctl.reconcile import (
@@ -26,6 +25,7 @@ from gridctl.reconcile import (
     WithdrawnDestructive,
 )
 from gridctl.reconcile.generations import GENERATION_PATTERN
+from gridctl.tick.timings import LearnedTiming, TimingKind, estimate
 
 from .conftest import StoreOpener
 from .storefixtures import T0, FakeClock, queued

@@ -14,8 +14,8 @@ from typing import Any
 import psutil
 import pytest
 
-from gridctl.controller.ticking import compute_tick
 from gridctl.controller.tickworker import ProcessTicks, TickWorkerLost
+from gridctl.tick.computing import compute_tick
 from tests.controller.test_heartbeat_scale import node, quiet  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.anyio
@@ -57,7 +57,7 @@ async def test_the_worker_decides_exactly_what_the_tick_thread_decides(
             ctl.compute = ticks
             record = ctl.tick()
             assert record.ok, record.error
-            assert ctl.last_plan == here.plan
+            assert ctl.view.plan == here.plan
             assert [name for name, _ in record.phases] == ["renew", "gather", "plan", "commit"]
             assert sum(spent for _, spent in record.phases) <= record.duration_ms
     finally:

@@ -1,6 +1,6 @@
 """Learned timings: each boundary of the rules, and their way into live placement.
 
-Rules (pure, ``gridctl.controller.timings``): an eight-sample EWMA, blended with
+Rules (pure, ``gridctl.tick.timings``): an eight-sample EWMA, blended with
 the prior below four samples and authoritative at four; thirty days after the
 last sample it expires; a report that is not a finite number from 0 to 3,600
 seconds is ignored. Through the controller: four real fetches acknowledged on
@@ -18,9 +18,9 @@ from typing import Any
 import httpx
 import pytest
 
-from gridctl.controller.timings import LearnedTiming, estimate, learn, valid_report
 from gridctl.domain import ActionKind, ControllerPolicy, Receipt, ReceiptStatus
 from gridctl.reconcile import ControllerMemory
+from gridctl.tick.timings import LearnedTiming, estimate, learn, valid_report
 from tests.controller.simnodes import SimNode, sim_service, watched_dir
 from tests.controller.storefixtures import queued
 

@@ -21,7 +21,7 @@ async def test_a_burst_of_503s_reads_the_reason_table_of_the_last_tick(
     rows = service._model_rows
 
     def counted() -> list[dict[str, object]]:
-        built.append(service.controller.counts["ticks"])
+        built.append(service.controller.view.ticks)
         return rows()
 
     service._model_rows = counted  # type: ignore[method-assign]

@@ -186,7 +186,7 @@ async def scenario(
             adopt(service, files, "r1")
             record = ctl.tick()
             assert record.ok, record.error
-            result = ctl.last_result
+            result = ctl.view.result
             assert result is not None
             assert signature(dry["actions"]) == signature(
                 [action_to_json(a) for a in result.actions]
@@ -200,8 +200,8 @@ async def scenario(
                 for c in result.cancellations
             ]
             assert dry["mode"] == ctl.effective_mode()[0].value
-            assert ctl.last_plan is not None
-            assert dry["plan"]["input_digest"] == ctl.last_plan.input_digest
+            assert ctl.view.plan is not None
+            assert dry["plan"]["input_digest"] == ctl.view.plan.input_digest
     finally:
         service.stop_ticking()
         service.metrics.close()

@@ -98,7 +98,7 @@ class Fuzzed:
         deadline = time.monotonic() + 30.0
         while time.monotonic() < deadline:
             controller.wait_for_tick(controller.revisions["dirty"], 30.0)
-            with controller._tick_lock:  # no tick in flight, and none asked for
+            with controller.tick_lock:  # no tick in flight, and none asked for
                 if not controller.wake.is_set() and self.ticks_started == self.ticks_finished:
                     return
             controller.wait_for_tick(controller.revisions["dirty"] + 1, 0.01)

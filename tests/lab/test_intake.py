@@ -6,12 +6,14 @@ from dataclasses import replace
 
 from gridctl.controller.demandbook import DemandBook, with_correlation
 from gridctl.demand.intake import RequestObservation
-from gridctl.domain import Action, ActionKind, Preemption
-from gridctl.lab.control import LabController, _holds_last, last_replica_removals
+from gridctl.domain import Action, ActionKind, Mode, Preemption
+from gridctl.lab.control import LabController, last_replica_removals
 from gridctl.lab.serving import Classifier, Replica, serve_minute
 from gridctl.lab.strategies import Strategy
+from gridctl.reconcile import PendingAction
+from gridctl.tick import DeliveryFacts, Withheld, delivery_gate, routes_from_hosts
 from tests.lab.worlds import small_world
-from tests.reconcile.builders import assign, host, plan, res
+from tests.reconcile.builders import NOW, assign, host, plan, res
 
 
 def _observations(minutes: int) -> tuple[list[RequestObservation], float]:
@@ -79,9 +81,21 @@ def test_an_explicit_preemption_of_a_last_replica_is_delivered_and_not_a_violati
     assert last_replica_removals((drain,), wanted, hosts) == [
         "drain of the last ready research-32b on mini-01"
     ]
-    assert _holds_last(drain, wanted, {h.host_id: h for h in hosts})
+
+    def gate(p: object) -> Withheld | None:
+        facts = DeliveryFacts(
+            now=NOW,
+            mode=Mode.AUTOMATIC,
+            issuing=True,
+            plan=p,  # type: ignore[arg-type]
+            min_route_lease_seconds=30.0,
+            routes=routes_from_hosts(hosts, NOW, 60.0),
+        )
+        return delivery_gate(PendingAction(drain), facts).withheld
+
+    assert gate(wanted) is Withheld.LAST_REPLICA
     staged = replace(
         wanted, preemptions=(Preemption("mini-01", "research-32b", "general-8b", "priority"),)
     )
     assert last_replica_removals((drain,), staged, hosts) == []
-    assert not _holds_last(drain, staged, {h.host_id: h for h in hosts})
+    assert gate(staged) is None

@@ -68,7 +68,7 @@ async def test_metrics_carry_every_series_with_sensible_values(tmp_path: Path) -
         assert external.status_code == 401  # the vendor engine wants its own key
 
         assert h.service.tap.flush()  # observations reach their sinks on a worker thread
-        with h.service.controller._tick_lock:  # the store and the metrics read at rest
+        with h.service.controller.tick_lock:  # the store and the metrics read at rest
             pending = h.service.store.pending()
             response = await h.client.get("/metrics")
         assert response.status_code == 200

@@ -159,9 +159,9 @@ class ControllerHarness:
         assert self.service is not None
         ctl = self.service.controller
         wait_until(ctl.holds_authority, 30, "controller authority")
-        wait_until(lambda: ctl.last_generation is not None, 30, "a first tick")
+        wait_until(lambda: ctl.view.generation is not None, 30, "a first tick")
         return {
-            "plan_generation": str(ctl.last_generation),
+            "plan_generation": str(ctl.view.generation),
             "controller_term": ctl.authority.term,
             "controller_id": ctl.authority.controller_id,
             "controller_lease_expires_at": ctl.authority.lease_expires_at,

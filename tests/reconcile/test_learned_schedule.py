@@ -10,9 +10,9 @@ the beneficiary starts soonest is released first).
 
 from __future__ import annotations
 
-from gridctl.controller.timings import LearnedTiming, estimate
 from gridctl.domain import ActionKind, FleetSnapshot, ModelProfile, Plan, Preemption
 from gridctl.reconcile import BlockedCode, ReconcileResult, StartupEstimate, reconcile
+from gridctl.tick.timings import LearnedTiming, estimate
 
 from .builders import NOW, assign, find, fleet, host, plan, policy, profile, profiles, res
 

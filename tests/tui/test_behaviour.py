@@ -114,7 +114,7 @@ async def test_tick_asks_then_posts(make_controller: Factory) -> None:
         await ready(pilot)
     (request,) = controller.mutations()
     assert (request.method, request.url.path) == ("POST", "/allocator/tick")
-    tick = controller.service.controller.last_tick  # the real controller ticked
+    tick = controller.service.controller.view.tick  # the real controller ticked
     assert tick is not None and tick.ok
 
 
@@ -133,7 +133,7 @@ async def test_refused_request_is_reported(make_controller: Factory) -> None:
         await pilot.press("t", "y")
         await ready(pilot)
     assert [(m.ok, "401" in m.detail) for m in finished] == [(False, True)]
-    assert controller.service.controller.last_tick is None  # refused: nothing ran
+    assert controller.service.controller.view.tick is None  # refused: nothing ran
 
 
 async def test_read_only_without_token_refuses_mode_and_tick(make_controller: Factory) -> None:

@@ -13,10 +13,15 @@ persists the values.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from gridctl.domain import ActionKind, ControllerPolicy
+from gridctl.domain import ActionKind, ControllerPolicy, ModelProfile
+from gridctl.reconcile import StartupEstimate
+
+# a stored timing's key: host, model, artifact digest and what it times (``TimingKind``)
+TimingKey = tuple[str, str, str, str]
 
 
 class TimingKind(StrEnum):
@@ -44,6 +49,16 @@ def timing_kind(kind: ActionKind, artifact_fetched: bool) -> TimingKind | None:
     if kind is ActionKind.LOAD and artifact_fetched:
         return TimingKind.TRANSFER
     return None
+
+
+def timing_key(
+    kind: ActionKind, host_id: str, model_id: str, artifact_sha256: str | None, fetched: bool
+) -> TimingKey | None:
+    """Where a successful action's duration is learned, if it teaches a timing at all."""
+    taught = timing_kind(kind, fetched)
+    if taught is None:
+        return None
+    return (host_id, model_id, artifact_sha256 or "", taught.value)
 
 
 def valid_report(seconds: object, policy: ControllerPolicy) -> bool:
@@ -75,3 +90,32 @@ def estimate(
         return learned.seconds
     weight = learned.samples / policy.timing_authoritative_samples
     return weight * learned.seconds + (1.0 - weight) * prior
+
+
+def startup_estimates(
+    learned: Mapping[TimingKey, LearnedTiming],
+    profiles: Mapping[str, ModelProfile],
+    now: float,
+    policy: ControllerPolicy,
+) -> dict[tuple[str, str], StartupEstimate]:
+    """Learned load (cold fetch) and warm times per (host, model), priors otherwise; a
+    timing learned on another artifact than the profile's is ignored (a new checksum starts
+    from the configured priors)."""
+    result: dict[tuple[str, str], StartupEstimate] = {}
+    for (host, model, artifact, kind), timing in learned.items():
+        profile = profiles.get(model)
+        if profile is None or artifact != (profile.artifact.sha256 or ""):
+            continue
+        current = result.get(
+            (host, model), StartupEstimate(profile.load_seconds, profile.warm_seconds)
+        )
+        if kind == TimingKind.TRANSFER.value:
+            current = StartupEstimate(
+                estimate(profile.load_seconds, timing, now, policy), current.warm_seconds
+            )
+        elif kind == TimingKind.WARM.value:
+            current = StartupEstimate(
+                current.load_seconds, estimate(profile.warm_seconds, timing, now, policy)
+            )
+        result[(host, model)] = current
+    return result

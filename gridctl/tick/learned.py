@@ -2,7 +2,7 @@
 
 Two sources: the learned warm and transfer timings of the store (already
 blended with each profile's priors, only for the configured artifact, see
-``Controller._startup_estimates``) and the router's speed evidence
+``gridctl.tick.timings.startup_estimates``) and the router's speed evidence
 (``Attribution.model_speeds``), used only when it was measured on the
 profile's current artifact. Each lands on its host as one ``LearnedOnHost``
 per model; a model with nothing learned on a host has no row there, so the
