@@ -25,6 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from gridctl.domain import HostState, Mode, ResidencyState, UnsatisfiedCode
+from gridctl.router.breakers import on_circuit_opening
 
 if TYPE_CHECKING:
     from gridctl.controller.control import Controller
@@ -45,6 +46,9 @@ def record_circuit_opening(model: str, host: str) -> None:
         targets = list(_live)
     for metrics in targets:
         metrics.circuit_opened(model, host)
+
+
+on_circuit_opening(record_circuit_opening)  # the router's breakers report to every controller
 
 
 class _StateCollector(Collector):

@@ -13,10 +13,16 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
-from gridctl.domain import ActionKind, Mode
+from gridctl.controller.desired import DesiredProvider
+from gridctl.controller.registry import Registry
+from gridctl.controller.revisions import Revisions
+from gridctl.controller.steering import Authority
+from gridctl.controller.store import ControllerStore
+from gridctl.controller.tickview import TickView
+from gridctl.domain import ActionKind, ControllerPolicy, DesiredState, Mode
 from gridctl.reconcile import PendingAction, command_to_json, delivery_order
 from gridctl.tick.delivery import (
     DeliveryFacts,
@@ -27,16 +33,31 @@ from gridctl.tick.delivery import (
     replica_problem,
 )
 
-if TYPE_CHECKING:
-    from gridctl.controller.control import Controller
-
 log = logging.getLogger(__name__)
+
+
+class Issuer(Protocol):
+    """What delivery reads from the controller (``Controller`` is one)."""
+
+    desired: DesiredProvider
+    registry: Registry
+    store: ControllerStore
+    revisions: Revisions
+    authority: Authority
+    view: TickView
+    clock: Callable[[], float]
+
+    def event(self, event: str, **fields: Any) -> None: ...
+    def effective_mode(self, policy_mode: Mode | None = None) -> tuple[Mode, str | None]: ...
+    def approved_actions(self, desired: DesiredState, mode: Mode) -> frozenset[str]: ...
+    def is_follower(self) -> bool: ...
+    def policy(self) -> ControllerPolicy: ...
 
 
 class Delivery:
     """Answers command polls for one controller (thread-safe: one poll selects at a time)."""
 
-    def __init__(self, ctl: Controller) -> None:
+    def __init__(self, ctl: Issuer) -> None:
         self.ctl = ctl
         self._selecting = threading.Lock()
         self.safety_error: str | None = None  # the last destructive-safety hold (status)

@@ -35,6 +35,7 @@ from gridctl.domain import (
     ResidencyState,
 )
 from gridctl.errors import WireError
+from gridctl.routes import EngineRoute
 
 REGISTRATION_SCHEMA = "wire/registration.schema.json"
 HEARTBEAT_SCHEMA = "wire/heartbeat.schema.json"
@@ -61,26 +62,6 @@ def validate_wire(relative: str, payload: Any) -> None:
     if found:
         pointer, message = sorted(found)[0]
         raise WireError(message, pointer)
-
-
-@dataclass
-class EngineRoute:
-    """A child engine serving one model on one host, as the router sees it."""
-
-    host_id: str
-    model_id: str
-    endpoint: str
-    api_key: str | None  # private: never serialised into status or discovery
-    managed: bool = True
-    corroborated_at: float | None = None  # last successful controller-side probe
-    max_concurrency: int = 1
-    artifact_sha256: str | None = None
-    # Routing inputs filled in by ``Registry.routable`` (never serialised):
-    advertised_concurrency: int | None = None  # None = the engine did not say; 0 = closed
-    concurrency_multiplier: float = 1.0  # the host's local protection limit on admissions
-    protection_class: int = 0  # 0 accepting, 1 throttled (lower is preferred)
-    queue_depth: int = 0  # work the host advertises as queued
-    lease_at: float = 0.0  # controller receipt time of the host's last heartbeat
 
 
 @dataclass

@@ -50,15 +50,35 @@ def outcome_kind(status: int | None) -> str:
     return "neutral"
 
 
-def _record_opening(model: str, host: str) -> None:
-    try:
-        from gridctl import metrics
+# who hears of circuit openings: ``gridctl.metrics`` subscribes when it is imported (the
+# router never imports the controller's metrics, which read the controller itself)
+_opening_listeners: list[Callable[[str, str], None]] = []
+_listeners_lock = threading.Lock()
 
-        metrics.record_circuit_opening(model, host)
-    except (ImportError, AttributeError):
-        return
-    except Exception:  # metrics never affect routing
-        log.debug("circuit metric failed", exc_info=True)
+
+def on_circuit_opening(listener: Callable[[str, str], None]) -> Callable[[], None]:
+    """Call ``listener(model, host)`` at every circuit opening of every router in the
+    process; returns the call that unsubscribes it. Subscribing twice is one listener."""
+    with _listeners_lock:
+        if listener not in _opening_listeners:
+            _opening_listeners.append(listener)
+
+    def unsubscribe() -> None:
+        with _listeners_lock:
+            if listener in _opening_listeners:
+                _opening_listeners.remove(listener)
+
+    return unsubscribe
+
+
+def _record_opening(model: str, host: str) -> None:
+    with _listeners_lock:
+        listeners = tuple(_opening_listeners)
+    for listener in listeners:
+        try:
+            listener(model, host)
+        except Exception:  # metrics never affect routing
+            log.debug("circuit opening listener failed", exc_info=True)
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gridctl.controller.registry import EngineRoute
 from gridctl.router.affinity import rendezvous_pick
 from gridctl.router.attribution import NO_ESTIMATE, Estimate
+from gridctl.routes import EngineRoute
 
 AFFINITY_SLACK = 0.2  # a fraction of the best estimate
 NOMINAL_LATENCY = 1.0

@@ -28,18 +28,25 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from gridctl.bodies import BodyTooLarge, parse_json, read_bounded
-from gridctl.controller.registry import EngineRoute, Registry
 from gridctl.domain import ControllerPolicy
 from gridctl.errors import WireError
 from gridctl.router import affinity
+from gridctl.router.answers import WholeAnswer, openai_error
 from gridctl.router.attribution import NO_ESTIMATE, Attribution
 from gridctl.router.breakers import Breakers, BreakerTunables, CircuitKey
 from gridctl.router.choosing import Candidate, choose, token_hint
 from gridctl.router.features import RequestFeatures, request_features
 from gridctl.router.sse import UsageParser, completion_tokens
 from gridctl.router.telemetry import RequestObservation, TelemetryTap
-from gridctl.router.unbound import UnboundDirectory, forward_unbound, unbound_request
+from gridctl.router.unbound import (
+    UnboundDirectory,
+    body_for,
+    refusal,
+    unbound_observation,
+    unbound_request,
+)
 from gridctl.router.upstream import EngineResponse, Upstream, UpstreamError
+from gridctl.routes import EngineRoute, RouteTable
 from gridctl.transport import is_plain_off_loopback
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -60,16 +67,11 @@ FORWARDED = {
 }
 
 
-def openai_error(status: int, message: str, kind: str, code: str | None = None) -> JSONResponse:
-    body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
-    return JSONResponse(body, status_code=status)
-
-
 @dataclass
 class RouterContext:
     """What the router needs from the controller."""
 
-    registry: Registry
+    registry: RouteTable  # the controller's registry, read through the route seam
     clock: Callable[[], float]
     is_configured: Callable[[str], bool]
     unavailable_reason: Callable[[str], str]
@@ -151,12 +153,10 @@ class Router:
             return openai_error(400, message, "invalid_request_error")
         if not isinstance(payload, dict):
             return openai_error(400, "request body must be a JSON object", "invalid_request_error")
-        # --- unbound workload demand ("auto" or no model): see gridctl.router.unbound ---
-        if self.unbound is not None and unbound_request(payload):
-            return await forward_unbound(
-                self, self.unbound, request, endpoint, path, payload, len(body)
+        if self.unbound is not None and unbound_request(payload):  # workload demand
+            return await self._forward_unbound(
+                self.unbound, request, endpoint, path, payload, len(body)
             )
-        # --- end unbound ---
         model = payload.get("model")
         if not isinstance(model, str) or not model:
             return openai_error(400, "'model' is required", "invalid_request_error", "model")
@@ -229,6 +229,56 @@ class Router:
             "invalid_request_error",
             "endpoint_not_served",
         )
+
+    async def _forward_unbound(
+        self,
+        directory: UnboundDirectory,
+        request: Request,
+        endpoint: str,
+        path: str,
+        payload: dict[str, Any],
+        body_size: int,
+    ) -> Response:
+        """Act on the unbound decision: the chosen model's route, or its honest 503."""
+        started = time.monotonic()
+        features = request_features(endpoint, payload, body_size)
+        decision = directory.decide(endpoint, payload, features.modality)
+        session = self.affinity_digest(request)
+
+        def observe(
+            outcome: str,
+            status: int,
+            host: str | None,
+            units_out: int = 0,
+            sha: str | None = None,
+        ) -> None:
+            self.ctx.tap.emit(
+                unbound_observation(
+                    decision,
+                    features,
+                    t=self.ctx.clock(),
+                    endpoint=endpoint,
+                    host=host,
+                    outcome=outcome,
+                    status=status,
+                    service_seconds=time.monotonic() - started,
+                    units_out=units_out,
+                    session=affinity.session_token(session),
+                    artifact_sha256=sha,
+                    evaluation=getattr(request.state, "evaluation", False),
+                )
+            )
+
+        route = None
+        if decision.model is not None:
+            route = await self._admit(decision.model, token_hint(payload), session)
+        if decision.model is None or route is None:
+            observe("rejected", 503, None)
+            refused = refusal(decision)
+            return JSONResponse(refused.body, status_code=refused.status, headers=refused.headers)
+        body = body_for(payload, decision.model)
+        stream = bool(payload.get("stream", False))
+        return await self._send(request, route, path, body, stream, observe)
 
     # -- admission ---------------------------------------------------------------------
 
@@ -484,40 +534,6 @@ class Router:
         self.attribution.record(
             route.host_id, route.model_id, route.artifact_sha256, seconds, tokens
         )
-
-
-class WholeAnswer(Response):
-    """An engine's whole answer, relayed as is; ``after`` (what the router learns from
-    it, and its observation) runs on the loop once the body is handed to the server. A
-    ``Response`` with a ``BackgroundTask`` did the same with more work per request (its
-    headers built from a mapping, the task's callable inspected)."""
-
-    def __init__(
-        self, content: bytes, status: int, media_type: str, after: Callable[[], None]
-    ) -> None:
-        if media_type.startswith("text/") and "charset=" not in media_type.lower():
-            media_type += "; charset=utf-8"
-        self.body = content
-        self.status_code = status
-        self.media_type = media_type
-        self.background = None
-        self.raw_headers = [(b"content-type", media_type.encode("latin-1"))]
-        if status >= 200 and status not in (204, 304):
-            self.raw_headers.append((b"content-length", str(len(content)).encode("latin-1")))
-        self._after = after
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        try:
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": self.status_code,
-                    "headers": self.raw_headers,
-                }
-            )
-            await send({"type": "http.response.body", "body": self.body})
-        finally:
-            self._after()  # learnt and observed even when the caller left
 
 
 def observation(

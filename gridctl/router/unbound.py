@@ -7,29 +7,25 @@ answers an honest 503 naming the workload and its admission state; once one
 is ready the request goes there. Either way the observation carries no
 requested model: the workload gains demand, and the model that served it
 gains outcome evidence, never direct demand.
+
+This module only decides: which model takes the request, or the refusal, the
+body the chosen model receives and what the observation says. The proxy acts on
+the decision (admission, the upstream hop, the answer), so nothing here knows
+the ``Router``.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from typing import Any
 
 from gridctl.demand.features import classify_workload, is_unbound
 from gridctl.domain import WorkloadCatalog
 from gridctl.planner.portfolio_types import PortfolioResult, ranked_scorers
-from gridctl.router import affinity
-from gridctl.router.choosing import token_hint
-from gridctl.router.features import request_features
+from gridctl.router.features import RequestFeatures
 from gridctl.router.telemetry import RequestObservation
-
-if TYPE_CHECKING:
-    from gridctl.router.proxy import Router
 
 TEXT_FIELDS_MAX_CHARS = 4096
 
@@ -120,62 +116,56 @@ def unbound_request(payload: dict[str, Any]) -> bool:
     return model is None or (isinstance(model, str) and is_unbound(model))
 
 
-async def forward_unbound(
-    router: Router,
-    directory: UnboundDirectory,
-    request: Request,
+def body_for(payload: dict[str, Any], model: str) -> bytes:
+    """The request as the chosen model receives it: the same body naming ``model``."""
+    return json.dumps({**payload, "model": model}).encode()
+
+
+def unbound_observation(
+    decision: UnboundDecision,
+    features: RequestFeatures,
+    *,
+    t: float,
     endpoint: str,
-    path: str,
-    payload: dict[str, Any],
-    body_size: int,
-) -> Response:
-    """Route an unbound request to the portfolio's ready model, or answer an honest 503."""
-    started = time.monotonic()
-    ctx = router.ctx
-    features = request_features(endpoint, payload, body_size)
-    decision = directory.decide(endpoint, payload, features.modality)
-    session = router.affinity_digest(request)
-
-    def observe(
-        outcome: str,
-        status: int,
-        host: str | None,
-        units_out: int = 0,
-        sha: str | None = None,
-    ) -> None:
-        ctx.tap.emit(
-            RequestObservation(
-                t=ctx.clock(),
-                endpoint=endpoint,
-                model=None,  # unbound: never direct demand for the serving model
-                served_model=decision.model if host else None,
-                host_id=host,
-                outcome=outcome,
-                status=status,
-                service_seconds=time.monotonic() - started,
-                input_units=features.input_units,
-                output_units=units_out,
-                modality=features.modality,
-                workload=decision.workload,
-                session=affinity.session_token(session),
-                artifact_sha256=sha if host else None,
-                evaluation=getattr(request.state, "evaluation", False),
-            )
-        )
-
-    if decision.model is None:
-        observe("rejected", 503, None)
-        return unavailable(decision)
-    route = await router._admit(decision.model, token_hint(payload), session)
-    if route is None:
-        observe("rejected", 503, None)
-        return unavailable(decision)
-    body = json.dumps({**payload, "model": decision.model}).encode()
-    stream = bool(payload.get("stream", False))
-    return await router._send(request, route, path, body, stream, observe)
+    host: str | None,
+    outcome: str,
+    status: int,
+    service_seconds: float,
+    units_out: int,
+    session: str | None,
+    artifact_sha256: str | None,
+    evaluation: bool,
+) -> RequestObservation:
+    """What an unbound request tells telemetry: demand for its workload, never for a model."""
+    return RequestObservation(
+        t=t,
+        endpoint=endpoint,
+        model=None,  # unbound: never direct demand for the serving model
+        served_model=decision.model if host else None,
+        host_id=host,
+        outcome=outcome,
+        status=status,
+        service_seconds=service_seconds,
+        input_units=features.input_units,
+        output_units=units_out,
+        modality=features.modality,
+        workload=decision.workload,
+        session=session,
+        artifact_sha256=artifact_sha256 if host else None,
+        evaluation=evaluation,
+    )
 
 
-def unavailable(decision: UnboundDecision) -> JSONResponse:
+@dataclass(frozen=True)
+class Refusal:
+    """The honest 503 for an unbound request that no ready model takes now."""
+
+    body: dict[str, Any]
+    headers: dict[str, str]
+    status: int = 503
+
+
+def refusal(decision: UnboundDecision) -> Refusal:
     if decision.retry:
         message = (
             f"no model is ready for workload '{decision.workload}' yet "
@@ -197,4 +187,4 @@ def unavailable(decision: UnboundDecision) -> JSONResponse:
         }
     }
     headers = {"Retry-After": "5"} if decision.retry else {}
-    return JSONResponse(body, status_code=503, headers=headers)
+    return Refusal(body, headers)

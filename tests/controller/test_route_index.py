@@ -11,8 +11,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gridctl.controller.registry import EngineRoute, Registry
+from gridctl.controller.registry import Registry
 from gridctl.domain import HostState, ResidencyState
+from gridctl.routes import EngineRoute
 from tests.controller.test_plans_differently import LEASE, MODELS, envelope
 
 HOSTS = ("h0", "h1", "h2")

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from gridctl.router.breakers import Breakers
+from gridctl.router.breakers import Breakers, on_circuit_opening
 from tests.router.engines import FakeEngine, RouterRig, chat
 
 MakeEngine = Callable[..., FakeEngine]
@@ -145,14 +145,31 @@ async def test_transport_failure_opens_after_two_and_is_not_replayed(
     await rig.upstream.aclose()
 
 
-def test_each_opening_is_counted_in_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gridctl import metrics
-
+def test_each_opening_is_heard_by_its_listeners() -> None:
+    """The controller's metrics subscribe this way (tests/metrics counts them end to end)."""
     opened: list[tuple[str, str]] = []
-    monkeypatch.setattr(metrics, "record_circuit_opening", lambda m, h: opened.append((m, h)))
-    clock = Clock()
-    breakers = Breakers(clock)
-    breakers.record(KEY, 500)
-    breakers.record(KEY, 500)
-    breakers.record(("h2", "http://h2", "m"), 429)
+    unsubscribe = on_circuit_opening(lambda m, h: opened.append((m, h)))
+    try:
+        clock = Clock()
+        breakers = Breakers(clock)
+        breakers.record(KEY, 500)
+        breakers.record(KEY, 500)
+        breakers.record(("h2", "http://h2", "m"), 429)
+    finally:
+        unsubscribe()
     assert opened == [("m", "h"), ("m", "h2")]
+    breakers.record(("h3", "http://h3", "m"), 429)
+    assert opened == [("m", "h"), ("m", "h2")]  # unsubscribed: heard no more
+
+
+def test_a_failing_opening_listener_never_affects_the_breaker() -> None:
+    def broken(model: str, host: str) -> None:
+        raise RuntimeError("metrics down")
+
+    unsubscribe = on_circuit_opening(broken)
+    try:
+        breakers = Breakers(Clock())
+        breakers.record(KEY, 429)
+        assert not breakers.admit(KEY)  # opened all the same
+    finally:
+        unsubscribe()

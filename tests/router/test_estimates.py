@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gridctl.controller.registry import EngineRoute
 from gridctl.router.attribution import EXPIRY_SECONDS, Attribution, Estimate
 from gridctl.router.choosing import Candidate, choose, effective_concurrency, score, token_hint
+from gridctl.routes import EngineRoute
 
 OLD, NEW = "aa" * 32, "bb" * 32
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from gridctl.controller.registry import EngineRoute
 from gridctl.router import affinity, proxy
 from gridctl.router.attribution import Estimate
 from gridctl.router.choosing import Candidate, choose
+from gridctl.routes import EngineRoute
 from tests.router.engines import MODEL, FakeEngine, RouterRig, chat, registration
 
 MakeEngine = Callable[..., FakeEngine]
