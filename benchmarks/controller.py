@@ -404,7 +404,7 @@ def handling_cost(root: Path, hosts: int = 200, rounds: int = 10) -> float:
             payload = parse_json(body)
             check_engine_endpoints(payload, claims)
             ctl.heartbeat(sim.host_id, payload)
-            answer = ctl.heartbeat_response(sim.host_id, [])
+            answer = ctl.delivery.heartbeat_response(sim.host_id, [])
             answer.update(service._node_extras())
             json.dumps(answer)
     per = (time.process_time() - started) / (hosts * rounds)

@@ -30,7 +30,7 @@ from gridctl.controller.control import Controller
 from gridctl.controller.desired import ApiDesired
 from gridctl.controller.endpoints import check_engine_endpoints
 from gridctl.controller.evaluations import record_evaluation
-from gridctl.controller.statusdoc import build_status
+from gridctl.controller.statusdoc import build_status, status_revision
 from gridctl.domain import Mode
 from gridctl.errors import PermanentError, WireError
 from gridctl.transport import is_plain_off_loopback
@@ -145,7 +145,7 @@ class ControllerApp:
                 409, f"{host_id!r} is an external engine's name; this host needs another id"
             )
         self.ctl.register(host_id, payload)
-        return JSONResponse(self._node_answer(self.ctl.heartbeat_response(host_id, [])))
+        return JSONResponse(self._node_answer(self.ctl.delivery.heartbeat_response(host_id, [])))
 
     async def heartbeat(self, request: Request) -> Response:
         host_id = request.path_params["node_id"]
@@ -164,19 +164,21 @@ class ControllerApp:
             ticked = await self.ticked(revision, COMMAND_WAIT_SECONDS)
             if ticked and self.ctl.may_have_commands(host_id):  # else nothing to read
                 commands = await asyncio.to_thread(self.ctl.commands_for, host_id, ticked=ticked)
-        return JSONResponse(self._node_answer(self.ctl.heartbeat_response(host_id, commands)))
+        return JSONResponse(
+            self._node_answer(self.ctl.delivery.heartbeat_response(host_id, commands))
+        )
 
     async def ticked(self, revision: int, timeout: float) -> bool:
         """``Controller.wait_for_tick`` for the serving loop: a future per waiting poll,
         released when the processed revision passes it, so no thread is parked."""
-        covered = self.ctl.tick_covered(revision)
+        covered = self.ctl.revisions.covered(revision)
         if covered is not None:
             return covered
         self._loop = asyncio.get_running_loop()
         waiter: tuple[int, asyncio.Future[bool]] = (revision, self._loop.create_future())
         self._waiters.append(waiter)
         try:
-            covered = self.ctl.tick_covered(revision)  # a tick may have ended meanwhile
+            covered = self.ctl.revisions.covered(revision)  # a tick may have ended meanwhile
             if covered is not None:
                 return covered
             return await asyncio.wait_for(asyncio.shield(waiter[1]), timeout)
@@ -193,7 +195,7 @@ class ControllerApp:
 
     def _release_waiters(self) -> None:
         for revision, future in list(self._waiters):
-            covered = self.ctl.tick_covered(revision)
+            covered = self.ctl.revisions.covered(revision)
             if covered is not None and not future.done():
                 future.set_result(covered)
 
@@ -206,7 +208,7 @@ class ControllerApp:
         """Built off the loop, once per status revision (a semantic input, a tick, an
         event, a request, a second of the clock): a dashboard polling a large fleet
         does not rebuild it per request."""
-        key = self.ctl.status_revision()
+        key = status_revision(self.ctl)
         cached = self._status
         if cached is None or cached[0] != key:
             self._status = (key, await asyncio.to_thread(build_status, self.ctl))

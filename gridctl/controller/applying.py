@@ -110,7 +110,7 @@ def dry_run_document(ctl: Controller, candidate: DesiredState | None = None) -> 
     inputs, outcome = ctl.dry_run(candidate)
     document = outcome_document(inputs, outcome)
     document["source"] = ctl.desired.status().get("source")
-    override = ctl.override()
+    override = ctl.steering.override()
     document["mode_override"] = override.mode.value if override else None
     return document
 
@@ -140,7 +140,7 @@ def candidate_from_body(ctl: Controller, body: Any) -> DesiredState | None:
 def plan_inputs_document(ctl: Controller, history_limit: int = 500) -> dict[str, Any]:
     """``GET /allocator/snapshot``: the observation plus what a dry run needs to be exact."""
     document = snapshot_document(ctl)
-    override = ctl.override()
+    override = ctl.steering.override()
     mode, _ = ctl.effective_mode()
     desired = ctl.current_desired()
     document["pending_actions"] = [_pending_row(p) for p in ctl.store.pending()]

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from gridctl.controller.clockstep import ClockWatch
 from gridctl.controller.delivering import Delivery
 from gridctl.controller.demandbook import DemandBook
 from gridctl.controller.desired import DesiredProvider
@@ -26,7 +27,7 @@ from gridctl.controller.eventlog import EventLog
 from gridctl.controller.learning import LearningStore
 from gridctl.controller.registry import Registry
 from gridctl.controller.revisions import Revisions
-from gridctl.controller.steering import ModeOverride, Steering
+from gridctl.controller.steering import Steering
 from gridctl.controller.store import ControllerStore
 from gridctl.controller.stores import Lease
 from gridctl.controller.tickview import PhaseTimer, PortfolioBundle, TickRecord, TickView
@@ -38,9 +39,7 @@ from gridctl.tick.timings import startup_estimates
 
 log = logging.getLogger(__name__)
 MAX_HISTORY = 2000
-STATUS_SECONDS = 1.0  # the longest a cached status document is served
 APPLIED_PLAN_KEY = "applied_plan"  # store override: a saved plan applied in recommend mode
-CLOCK_STEP_TOLERANCE_SECONDS = 5.0  # smaller differences are ordinary skew between writers
 
 __all__ = ["APPLIED_PLAN_KEY", "Controller"]
 
@@ -70,9 +69,9 @@ class Controller:
         self.demand = demand or DemandBook()
         self.started_at = clock()
         self.events = EventLog(clock)
+        self.event = self.events  # record one event: ``event("issued", host_id=...)``
         self.revisions = Revisions()
-        self.wake = self.revisions.wake
-        self.revision_listeners = self.revisions.listeners
+        self.wake, self.revision_listeners = self.revisions.wake, self.revisions.listeners
         self.steering = Steering(
             store,
             lease,
@@ -100,8 +99,7 @@ class Controller:
         self._previous_profiles: dict[str, Any] | None = None
         # restored commands get the bounded membership-recovery grace (in memory only)
         self._grace = RestartGrace(restarted_at=self.started_at) if store.pending() else None
-        # the latest time this controller has seen or recorded (None: read from the store)
-        self._clock_high: float | None = None
+        self.clock_watch = ClockWatch(store, self.event)
         # hosts with pending actions (a superset between ticks: acks only remove some), so
         # a poll of any other host is answered without reading the store
         self._pending_hosts = frozenset(p.action.host_id for p in store.pending())
@@ -110,12 +108,9 @@ class Controller:
         self.registry.restore_watermarks(
             {m: used for m, (used, _peak) in store.watermarks().items() if used is not None}
         )
-        self.renew_authority()
+        self.steering.renew()
 
     # -- revisions, events, settings -------------------------------------------------
-
-    def event(self, event: str, **fields: Any) -> None:
-        self.events(event, **fields)
 
     def mark_dirty(self, *, safety: bool = False) -> int:
         return self.note_input(semantic=True, safety=safety)
@@ -147,28 +142,6 @@ class Controller:
             except Exception:  # a listener must never break intake or the tick
                 log.exception("revision listener failed")
 
-    def status_revision(self) -> tuple[object, ...]:
-        """What the status document depends on (a status is never more than a second old)."""
-        return (
-            int(self.clock() // STATUS_SECONDS),
-            self.demand.revision,
-            self.revisions.semantic,
-            self.revisions["safety"],
-            self.view.ticks,
-            self.events.count,
-            len(self.delivery.uncertain_markers),
-            self.delivery.safety_error,
-        )
-
-    def tick_covered(self, revision: int) -> bool | None:
-        return self.revisions.covered(revision)
-
-    def wait_for_tick(self, revision: int, timeout: float) -> bool:
-        return self.revisions.wait(revision, timeout)
-
-    def safety_current(self) -> bool:
-        return self.revisions.safety_current()
-
     def current_desired(self) -> DesiredState | None:
         return self.desired.current
 
@@ -181,9 +154,6 @@ class Controller:
 
     # -- authority and mode (``steering``) -------------------------------------------
 
-    def renew_authority(self) -> None:
-        self.steering.renew()
-
     def _continue_from_store(self) -> None:
         """Taking over from another controller is a restart for what it left: restored
         commands get the bounded membership-recovery grace, and its learning (persisted
@@ -192,21 +162,6 @@ class Controller:
             self._grace = RestartGrace(restarted_at=self.clock())
         self.warnings += self.learning.restore(self.policy(), self.clock(), over=True)
 
-    def holds_authority(self) -> bool:
-        return self.steering.holds_authority()
-
-    def is_follower(self) -> bool:
-        return self.steering.is_follower()
-
-    def leader_url(self) -> str | None:
-        return self.steering.leader_url()
-
-    def override(self) -> ModeOverride | None:
-        return self.steering.override()
-
-    def cached_mode(self) -> tuple[Mode, str | None]:
-        return self.steering.cached_mode(self.policy().mode)
-
     def effective_mode(self, policy_mode: Mode | None = None) -> tuple[Mode, str | None]:
         """The mode in force (for git's ``policy_mode``, default the revision in force)."""
         return self.steering.effective_mode(
@@ -214,18 +169,8 @@ class Controller:
         )
 
     def set_override(self, mode: Mode | None, reason: str = "") -> None:
-        """Set (or clear, with None) the operator's mode; raises PermanentError when the
-        store cannot honour automatic."""
-        before, _ = self.effective_mode()
-        self.store.set_mode_override(mode)
-        if mode is None:
-            self.event("mode_override_cleared", message=reason)
-        else:
-            self.store.set_override("mode_reason", {"reason": reason, "set_at": self.clock()})
-            self.event("mode_override_set", message=f"{mode.value}: {reason}".strip(": "))
-        after, _ = self.effective_mode()
-        if before is Mode.AUTOMATIC and after is not Mode.AUTOMATIC:
-            self.event("automatic_left", message="pending commands are cancelled")
+        """Set (or clear, with None) the operator's mode (``Steering.set_override``)."""
+        self.steering.set_override(mode, reason, self.policy().mode, self.clock())
         self.mark_dirty(safety=True)
 
     def approved_actions(self, desired: DesiredState, mode: Mode) -> frozenset[str]:
@@ -349,7 +294,7 @@ class Controller:
             phases = PhaseTimer(started)
             error: str | None = None
             try:
-                self.renew_authority()
+                self.steering.renew()
                 phases.done("renew")
                 self._tick_once(phases)
             except Exception as exc:  # a failed tick must not kill the loop
@@ -379,8 +324,8 @@ class Controller:
             raise RuntimeError("no valid desired state yet")
         self.effective_mode()  # refreshes the mode heartbeat answers carry
         now = self.clock()
-        if not self.is_follower():
-            self._rebase_after_clock_step(now)
+        if not self.steering.is_follower():
+            self.clock_watch.check(now)
         inputs = self.gather(desired, now, preview=False)
         phases.done("gather")
         outcome = self.compute(inputs)
@@ -388,21 +333,6 @@ class Controller:
         self._commit(inputs, outcome)
         phases.done("commit")
         self._planned_at = inputs.now  # a failed tick covers nothing
-
-    def _rebase_after_clock_step(self, now: float) -> None:
-        """History recorded in the future means the wall clock stepped back (an NTP
-        correction, a restored VM): those times move to ``now`` once, durably, so
-        cooldowns and fences are not stretched by the size of the step."""
-        if self._clock_high is None:
-            self._clock_high = self.store.latest_finish() or now
-        if now + CLOCK_STEP_TOLERANCE_SECONDS < self._clock_high:
-            moved = self.store.rebase_future(now)
-            self.event(
-                "clock_stepped_back",
-                message=f"{self._clock_high - now:.0f}s: {moved} recorded time(s) moved to now",
-            )
-            self._clock_high = now
-        self._clock_high = max(self._clock_high, now)
 
     def _commit(self, inputs: TickInputs, outcome: TickOutcome) -> None:
         """Persist and announce what the tick decided, then publish it as the view."""
@@ -414,7 +344,7 @@ class Controller:
             snapshot=outcome.snapshot,
             portfolio=outcome.portfolio,
         )
-        if self.is_follower():  # a follower shows what it would do, and writes nothing
+        if self.steering.is_follower():  # a follower shows what it would do, and writes nothing
             self._previous_profiles = {p.name: p for p in desired.profiles}
             self.view = published
             return
@@ -440,24 +370,7 @@ class Controller:
             self.store.set_watermark(model, used)
         self._previous_profiles = {p.name: p for p in desired.profiles}
         self._grace = result.memory.grace
-        for cancellation in result.cancellations:
-            if (cancelled := held.get(cancellation.action_id)) is not None:
-                self.event(
-                    "cancelled",
-                    action_id=cancelled.action_id,
-                    host_id=cancelled.action.host_id,
-                    model_id=cancelled.action.model_id,
-                    message=cancellation.reason.value,
-                )
-        for entry in result.enqueue:
-            action = entry.action
-            self.event(
-                "issued",
-                action_id=action.action_id,
-                host_id=action.host_id,
-                model_id=action.model_id,
-                message=f"{action.kind.value}: {action.reason}",
-            )
+        self.events.tick(result, held)
         bundle = None
         if outcome.portfolio is not None:
             hosts, profiles = outcome.snapshot.hosts, tuple(desired.profiles)
@@ -479,22 +392,3 @@ class Controller:
 
     def commands_for(self, host_id: str, *, ticked: bool = True) -> list[dict[str, Any]]:
         return self.delivery.commands_for(host_id, ticked=ticked)
-
-    def heartbeat_response(self, host_id: str, commands: list[dict[str, Any]]) -> dict[str, Any]:
-        mode, _ = self.cached_mode()
-        ttl = None
-        if self.holds_authority() and self.authority.lease_expires_at is not None:
-            ttl = max(0.0, self.authority.lease_expires_at - self.clock())
-        allocator: dict[str, Any] = {
-            "mode": mode.value,
-            "controller_lease_ttl_seconds": ttl,
-            "commands": commands,
-        }
-        leader = self.leader_url()
-        if leader is not None:
-            allocator["leader_url"] = leader  # a follower points the node at authority
-        return {
-            "ttl_seconds": self.policy().command_ttl_seconds,
-            "model_last_used_at": self.registry.last_used_watermarks(),
-            "allocator": allocator,
-        }

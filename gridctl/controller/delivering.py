@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from gridctl.controller.desired import DesiredProvider
 from gridctl.controller.registry import Registry
 from gridctl.controller.revisions import Revisions
-from gridctl.controller.steering import Authority
+from gridctl.controller.steering import Steering
 from gridctl.controller.store import ControllerStore
 from gridctl.controller.tickview import TickView
 from gridctl.domain import ActionKind, ControllerPolicy, DesiredState, Mode
@@ -43,14 +43,13 @@ class Issuer(Protocol):
     registry: Registry
     store: ControllerStore
     revisions: Revisions
-    authority: Authority
+    steering: Steering
     view: TickView
     clock: Callable[[], float]
 
     def event(self, event: str, **fields: Any) -> None: ...
     def effective_mode(self, policy_mode: Mode | None = None) -> tuple[Mode, str | None]: ...
     def approved_actions(self, desired: DesiredState, mode: Mode) -> frozenset[str]: ...
-    def is_follower(self) -> bool: ...
     def policy(self) -> ControllerPolicy: ...
 
 
@@ -85,7 +84,7 @@ class Delivery:
         return DeliveryFacts(
             now=now,
             mode=mode,
-            issuing=view.generation is not None and not ctl.is_follower(),
+            issuing=view.generation is not None and not ctl.steering.is_follower(),
             plan=view.plan,
             min_route_lease_seconds=ctl.policy().destructive_min_route_lease_seconds,
             safety_current=ctl.revisions.safety_current(),
@@ -188,7 +187,7 @@ class Delivery:
 
     def _command(self, held: PendingAction) -> dict[str, Any]:
         ctl = self.ctl
-        authority = ctl.authority
+        authority = ctl.steering.authority
         command = command_to_json(
             held.action,
             plan_generation=str(ctl.view.generation),
@@ -197,6 +196,29 @@ class Delivery:
             controller_lease_expires_at=authority.lease_expires_at,
         )
         return self._with_artifact_source(command)
+
+    def heartbeat_response(self, host_id: str, commands: list[dict[str, Any]]) -> dict[str, Any]:
+        """A node's answer: the mode, how long the controller's authority still runs, the
+        commands, and where the leader is when this controller is a follower."""
+        ctl = self.ctl
+        steering = ctl.steering
+        mode, _ = steering.cached_mode(ctl.policy().mode)
+        ttl = None
+        if steering.holds_authority() and steering.authority.lease_expires_at is not None:
+            ttl = max(0.0, steering.authority.lease_expires_at - ctl.clock())
+        allocator: dict[str, Any] = {
+            "mode": mode.value,
+            "controller_lease_ttl_seconds": ttl,
+            "commands": commands,
+        }
+        leader = steering.leader_url()
+        if leader is not None:
+            allocator["leader_url"] = leader  # a follower points the node at authority
+        return {
+            "ttl_seconds": ctl.policy().command_ttl_seconds,
+            "model_last_used_at": ctl.registry.last_used_watermarks(),
+            "allocator": allocator,
+        }
 
     def _with_artifact_source(self, command: dict[str, Any]) -> dict[str, Any]:
         """Add the profile's operator-authorised source when the digest is the same."""

@@ -82,7 +82,7 @@ def overrides(ctl: Controller, mode_override: Mode | None, git_mode: Mode) -> li
 
 def ownership_document(ctl: Controller) -> dict[str, Any]:
     """The ``ownership`` block of the status document."""
-    override = ctl.override()
+    override = ctl.steering.override()
     return {
         "owners": OWNERS,
         "overrides": overrides(ctl, override.mode if override else None, ctl.policy().mode),

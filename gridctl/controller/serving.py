@@ -355,9 +355,9 @@ class ControllerService:
         interval = max(0.05, self.lease.lease_seconds / 3)
         while not self._stop.wait(interval):
             try:
-                was = self.controller.holds_authority()
-                self.controller.renew_authority()
-                if self.controller.holds_authority() != was:
+                was = self.controller.steering.holds_authority()
+                self.controller.steering.renew()
+                if self.controller.steering.holds_authority() != was:
                     self.controller.mark_dirty(safety=True)
             except Exception:  # a failed renewal is reported by the lease; keep trying
                 log.exception("lease renewal failed")

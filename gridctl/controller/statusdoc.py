@@ -23,6 +23,7 @@ from gridctl.planner.portfolio_types import PortfolioResult
 from gridctl.reconcile import PendingAction, action_to_json
 
 IN_PROGRESS = (ResidencyState.LOADING, ResidencyState.WARMING)
+STATUS_SECONDS = 1.0  # the longest a cached status document is served
 
 
 def _pending_json(held: PendingAction) -> dict[str, Any]:
@@ -229,6 +230,22 @@ def portfolio_status(portfolio: PortfolioResult | None) -> dict[str, Any] | None
     return document
 
 
+def status_revision(ctl: Controller) -> tuple[object, ...]:
+    """What the status document depends on: the last semantic input, the safety and
+    telemetry revisions, the last tick, the latest event, delivery holds, and the clock's
+    second (a cached status is never more than ``STATUS_SECONDS`` old)."""
+    return (
+        int(ctl.clock() // STATUS_SECONDS),
+        ctl.demand.revision,
+        ctl.revisions.semantic,
+        ctl.revisions["safety"],
+        ctl.view.ticks,
+        ctl.events.count,
+        len(ctl.delivery.uncertain_markers),
+        ctl.delivery.safety_error,
+    )
+
+
 def status_portfolio(ctl: Controller) -> tuple[PortfolioBundle | None, bool]:
     """The portfolio bundle a read-only status query shows, and whether it was reused.
 
@@ -259,7 +276,7 @@ def build_status(ctl: Controller) -> dict[str, Any]:
     now = ctl.clock()
     mode, refused = ctl.effective_mode()
     desired = ctl.current_desired()
-    override = ctl.override()
+    override = ctl.steering.override()
     memory = ctl.store.memory()
     view = ctl.view
     plan = view.plan
@@ -307,8 +324,8 @@ def build_status(ctl: Controller) -> dict[str, Any]:
         "controller": {
             "controller_id": ctl.authority.controller_id,
             "term": ctl.authority.term,
-            "holds_authority": ctl.holds_authority(),
-            "leader_url": ctl.leader_url(),
+            "holds_authority": ctl.steering.holds_authority(),
+            "leader_url": ctl.steering.leader_url(),
             "lease_expires_at": ctl.authority.lease_expires_at,
             "plan_generation": str(view.generation) if view.generation else None,
             "started_at": ctl.started_at,

@@ -135,6 +135,20 @@ class Steering:
             return Mode.RECOMMEND, REFUSED_NO_AUTHORITY
         return mode, refused
 
+    def set_override(self, mode: Mode | None, reason: str, policy_mode: Mode, at: float) -> None:
+        """Set (or clear, with None) the operator's mode; raises PermanentError when the
+        store cannot honour automatic."""
+        before, _ = self.effective_mode(policy_mode, remember=True)
+        self.store.set_mode_override(mode)
+        if mode is None:
+            self._event("mode_override_cleared", message=reason)
+        else:
+            self.store.set_override("mode_reason", {"reason": reason, "set_at": at})
+            self._event("mode_override_set", message=f"{mode.value}: {reason}".strip(": "))
+        after, _ = self.effective_mode(policy_mode, remember=True)
+        if before is Mode.AUTOMATIC and after is not Mode.AUTOMATIC:
+            self._event("automatic_left", message="pending commands are cancelled")
+
     def effective_mode(self, policy_mode: Mode, *, remember: bool) -> tuple[Mode, str | None]:
         """The mode in force for git's ``policy_mode`` and, when automatic was asked for
         but refused, why. ``remember`` refreshes what heartbeat answers carry."""

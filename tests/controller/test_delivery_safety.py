@@ -141,13 +141,13 @@ async def test_drain_waits_while_the_safety_revision_is_ahead_of_the_last_tick(
     await fleet.refresh_keeper(then_advance=20.0)
     await fleet.victim.heartbeat(request_commands=False)
     controller = fleet.service.controller
-    assert controller.wait_for_tick(controller.revisions["dirty"], 30.0)
+    assert controller.revisions.wait(controller.revisions["dirty"], 30.0)
     with controller.tick_lock:  # no tick may run: the safety change stays unplanned
         controller.mark_dirty(safety=True)
         assert [c["kind"] for c in controller.commands_for(fleet.victim.host_id)] == []
         assert "destructive safety changed" in (controller.delivery.safety_error or "")
         assert not fleet.delivered()
-    assert controller.wait_for_tick(controller.revisions["dirty"], 30.0)
+    assert controller.revisions.wait(controller.revisions["dirty"], 30.0)
     # a tick planned from the current safety revision: now it may go
     assert [c["kind"] for c in controller.commands_for(fleet.victim.host_id)] == ["drain"]
 

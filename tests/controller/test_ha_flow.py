@@ -80,7 +80,9 @@ async def test_follower_redirects_then_takes_over_and_continues_without_repeatin
     pair: Any,
 ) -> None:
     (leader, follower), clock, state_dir = pair
-    assert leader.controller.holds_authority() and follower.controller.is_follower()
+    assert (
+        leader.controller.steering.holds_authority() and follower.controller.steering.is_follower()
+    )
     term = leader.controller.authority.term
     leader.start_ticking()
     follower.start_ticking()
@@ -125,7 +127,7 @@ async def test_follower_redirects_then_takes_over_and_continues_without_repeatin
         )
 
         _crash(leader)  # the warm's acknowledgement has not reached anyone yet
-        taken = _wait("the follower to take over", follower.controller.holds_authority)
+        taken = _wait("the follower to take over", follower.controller.steering.holds_authority)
         assert taken and follower.controller.authority.term == term + 1
         assert set(follower.controller.demand.evidence_bodies()) == set(evidence)
         # the leader's learned demand is laid over the follower's own
@@ -133,7 +135,7 @@ async def test_follower_redirects_then_takes_over_and_continues_without_repeatin
         assert [w.workload for w in follower.controller.demand.picture(clock()).workloads] == [
             "coding"
         ]
-        _wait("the old leader to stop", lambda: not leader.controller.holds_authority())
+        _wait("the old leader to stop", lambda: not leader.controller.steering.holds_authority())
         assert leader.controller.commands_for("local-1") == []
 
         node.client = to_follower

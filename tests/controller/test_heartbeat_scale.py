@@ -260,7 +260,7 @@ async def test_unchanged_heartbeats_during_a_tick_are_covered_by_it_and_ask_for_
         ctl.compute = planning_while_a_heartbeat_arrives
         assert ctl.tick().ok
         ctl.compute = compute_tick
-        assert ctl.tick_covered(during[0]) is True  # covered by the tick it arrived during
+        assert ctl.revisions.covered(during[0]) is True  # covered by the tick it arrived during
         ctl.wake.clear()
         ticks = ctl.view.ticks
         await second.heartbeat(request_commands=True)
@@ -286,7 +286,9 @@ async def test_router_demand_wakes_the_tick_loop_but_holds_back_no_poll(quiet: A
         assert service.tap.flush()  # the observations reached the demand book
         assert ctl.demand.revision > demand
         assert ctl.wake.is_set()  # the tick loop is asked to plan the new demand
-        assert ctl.tick_covered(ctl.revisions["dirty"]) is True  # nothing for a poll to wait on
+        assert (
+            ctl.revisions.covered(ctl.revisions["dirty"]) is True
+        )  # nothing for a poll to wait on
         await host.heartbeat(request_commands=True)
         assert ctl.view.ticks == ticks  # answered from the last tick
         assert ctl.revisions["processed"] == ctl.revisions["dirty"]

@@ -57,7 +57,7 @@ async def test_declared_length_over_the_limit_is_refused_before_reading(
     assert answer.status_code == 413
     assert "larger than" in answer.json()["error"]["message"]
     assert body.sent <= 65536  # nothing past what the transport pulls before the app runs
-    assert service.controller.override() is None
+    assert service.controller.steering.override() is None
 
 
 async def test_chunked_body_is_cut_off_at_the_limit(service: ControllerService) -> None:
@@ -68,7 +68,7 @@ async def test_chunked_body_is_cut_off_at_the_limit(service: ControllerService) 
         answer = await http.put("/allocator/mode", headers=admin, content=body)
     assert answer.status_code == 413
     assert body.sent <= MAX_JSON_BYTES + len(chunk)  # reading stopped at the limit
-    assert service.controller.override() is None
+    assert service.controller.steering.override() is None
 
 
 async def test_deep_nesting_is_a_400_naming_the_limit_on_every_json_route(
@@ -87,7 +87,7 @@ async def test_deep_nesting_is_a_400_naming_the_limit_on_every_json_route(
             answer = await http.request(method, path, headers=admin, content=deep)
             assert answer.status_code == 400, (path, answer.text)
             assert "nested deeper than" in answer.json()["error"]["message"]
-    assert service.controller.override() is None
+    assert service.controller.steering.override() is None
 
 
 async def test_router_refuses_oversize_and_deep_bodies_with_openai_errors(

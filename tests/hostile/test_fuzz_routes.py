@@ -97,11 +97,11 @@ class Fuzzed:
         controller = self.service.controller
         deadline = time.monotonic() + 30.0
         while time.monotonic() < deadline:
-            controller.wait_for_tick(controller.revisions["dirty"], 30.0)
+            controller.revisions.wait(controller.revisions["dirty"], 30.0)
             with controller.tick_lock:  # no tick in flight, and none asked for
                 if not controller.wake.is_set() and self.ticks_started == self.ticks_finished:
                     return
-            controller.wait_for_tick(controller.revisions["dirty"] + 1, 0.01)
+            controller.revisions.wait(controller.revisions["dirty"] + 1, 0.01)
 
     def send(self, method: str, path: str, headers: dict[str, str], content: bytes | None) -> None:
         self.quiesce()

@@ -158,7 +158,7 @@ class ControllerHarness:
         """The fence fields the real controller puts on the commands it delivers."""
         assert self.service is not None
         ctl = self.service.controller
-        wait_until(ctl.holds_authority, 30, "controller authority")
+        wait_until(ctl.steering.holds_authority, 30, "controller authority")
         wait_until(lambda: ctl.view.generation is not None, 30, "a first tick")
         return {
             "plan_generation": str(ctl.view.generation),

@@ -62,7 +62,7 @@ async def test_mode_change_asks_then_sends_the_override(make_controller: Factory
     assert json.loads(request.content) == {"mode": "automatic"}
     assert request.headers["X-Grid-Allocator-Token"] == controller.token
     assert [(m.request.choice, m.ok) for m in finished] == [("automatic", True)]
-    override = controller.service.controller.override()  # the real controller took it
+    override = controller.service.controller.steering.override()  # the real controller took it
     assert override is not None and override.mode is Mode.AUTOMATIC
 
 
@@ -83,7 +83,7 @@ async def test_clearing_the_override_sends_clear(make_controller: Factory) -> No
         await ready(pilot)
     (request,) = controller.mutations()
     assert json.loads(request.content) == {"clear": True}
-    assert controller.service.controller.override() is None
+    assert controller.service.controller.steering.override() is None
 
 
 async def test_cancelled_mode_change_sends_nothing(make_controller: Factory) -> None:
