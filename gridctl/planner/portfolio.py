@@ -31,6 +31,7 @@ from gridctl.planner.portfolio_scan import (
     gate,
     spare_capacity_proof,
     with_demand,
+    with_second_compatible_host,
 )
 from gridctl.planner.portfolio_search import (
     SearchState,
@@ -105,8 +106,13 @@ def plan_portfolio(inputs: PortfolioInputs) -> PortfolioResult:
             if p.workload_scores.get(workload, 0.0) > 0
         )
         every[workload] = rows
+        gates[workload] = with_second_compatible_host(gates[workload], rows)
+    for workload in [w for w in active if not gates[w].admitted]:
+        del every[workload]  # a media canary with no second compatible host waits
+    active = [w for w in active if gates[w].admitted]
+    for workload in active:
         ranked[workload] = rank_candidates(
-            rows, breadth, policy.portfolio_max_candidates_per_workload
+            every[workload], breadth, policy.portfolio_max_candidates_per_workload
         )
     shut_out = frozenset(
         w

@@ -30,6 +30,7 @@ from typing import Any
 from gridctl.demand.learning import WorkloadDemand
 from gridctl.demand.outcomes import OutcomeScore
 from gridctl.domain import (
+    ControllerPolicy,
     FleetSnapshot,
     ModelDemand,
     ModelExplanation,
@@ -111,6 +112,31 @@ def gate(workload: WorkloadDemand, inputs: PortfolioInputs, spare_proof: bool) -
         f"offered concurrency {concurrency:.2f} < "
         f"{policy.portfolio_min_offered_concurrency:g}",
     )
+
+
+def with_second_compatible_host(gate_: Gate, rows: Sequence[CandidateRow]) -> Gate:
+    """A media canary admitted on the fleet proof also needs a second compatible host for
+    some model that scores the workload: a canary that fits on one host only is not
+    exploration the fleet can afford to lose a node over."""
+    if gate_.path != "media-canary" or any(r.compatible_hosts >= 2 for r in rows):
+        return gate_
+    return Gate(
+        gate_.workload,
+        False,
+        "none",
+        True,
+        gate_.reason + ", but no model that scores it has a second compatible host",
+    )
+
+
+def validated_canary(outcome: OutcomeScore | None, policy: ControllerPolicy) -> bool:
+    """A fresh successful response from the exact model, workload and artifact: it proves
+    the canary and removes its one-replica cap. Fresh = within the demand window."""
+    if outcome is None or not outcome.success_rate or outcome.samples <= 0:
+        return False
+    age = outcome.service_age_seconds
+    window = policy.demand_bucket_seconds * policy.demand_window_buckets
+    return age is not None and age <= window
 
 
 def spare_capacity_proof(inputs: PortfolioInputs, base: Plan) -> bool:

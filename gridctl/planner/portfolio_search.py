@@ -43,7 +43,13 @@ from dataclasses import dataclass
 
 from gridctl.demand.learning import WorkloadDemand
 from gridctl.domain import FleetSnapshot, ModelDemand, ModelProfile, Plan
-from gridctl.planner.portfolio_scan import deny, protected_models, with_demand, workload_confidence
+from gridctl.planner.portfolio_scan import (
+    deny,
+    protected_models,
+    validated_canary,
+    with_demand,
+    workload_confidence,
+)
 from gridctl.planner.portfolio_types import (
     CandidateRow,
     Evaluation,
@@ -136,6 +142,7 @@ def portfolio_demand(state: SearchState, mapping: Mapping_) -> tuple[ModelDemand
         if model_id is not None:
             grouped.setdefault(model_id, []).append(workload)
     preempting = preemption_only_models(state, mapping)
+    outcomes = {(o.model_id, o.workload, o.artifact_sha256): o for o in state.inputs.outcomes}
     rows: list[ModelDemand] = []
     for model_id, workloads in sorted(grouped.items()):
         profile = profiles[model_id]
@@ -146,7 +153,8 @@ def portfolio_demand(state: SearchState, mapping: Mapping_) -> tuple[ModelDemand
             d = state.demand[w]
             # an unbound queue is workload backlog, not this model's concurrency
             rate += max(d.requests_per_minute, d.anticipated_requests_per_minute)
-            weak = weak and state.gates[w].canary_only
+            proven = outcomes.get((model_id, w, profile.artifact.sha256 or ""))
+            weak = weak and state.gates[w].canary_only and not validated_canary(proven, policy)
             confidence = max(confidence, prediction_confidence(d))
         rate = max(rate, 1e-6)
         row = next((r for w in workloads if (r := row_for(state, w, model_id)) is not None), None)
