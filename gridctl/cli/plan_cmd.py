@@ -30,10 +30,10 @@ from gridctl.config import load_directory
 from gridctl.config.loading import yaml_files
 from gridctl.config.snapshots import load_snapshot
 from gridctl.controller.applying import PLAN_FORMAT
-from gridctl.controller.previewing import offline_document
 from gridctl.domain import DesiredState
 from gridctl.errors import ConfigError, WireError
 from gridctl.planner.portfolio import portfolio_to_json
+from gridctl.tick.previewing import offline_document
 
 DEFAULT_DIRECTORY = "policies"
 

@@ -30,12 +30,12 @@ from gridctl.config.schemas import fill_defaults
 from gridctl.config.yamlsource import parse_yaml
 from gridctl.controller.control import APPLIED_PLAN_KEY
 from gridctl.controller.desired import ApiDesired
-from gridctl.controller.previewing import INPUT_NAMES, action_signature, outcome_document
 from gridctl.controller.snapshotting import snapshot_document
 from gridctl.domain import DesiredState, Mode
 from gridctl.errors import WireError
 from gridctl.reconcile import PendingAction, action_to_json
 from gridctl.reconcile.records import HistoryEntry
+from gridctl.tick.previewing import INPUT_NAMES, action_signature, outcome_document
 
 if TYPE_CHECKING:
     from gridctl.controller.control import Controller

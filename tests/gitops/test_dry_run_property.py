@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 
 from gridctl.controller.applying import desired_from_files
 from gridctl.controller.desired import ApiDesired
-from gridctl.controller.previewing import action_signature
 from gridctl.controller.serving import ControllerService, ServiceOptions
 from gridctl.reconcile import action_to_json
+from gridctl.tick.previewing import action_signature
 from tests.controller.simnodes import GEMMA_SHA, Clock, SimNode, engine_handler
 
 MODELS = ("m0", "m1", "m2", "m3")

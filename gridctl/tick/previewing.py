@@ -1,4 +1,4 @@
-"""Dry runs: the tick's own decision for a candidate desired state, as a document.
+"""Dry runs: the tick's own decision for a candidate desired state, as a document (pure).
 
 ``POST /allocator/dry-run`` (operator only) gathers the controller's real tick
 inputs — tombstones, pending work, withdrawn batches, history, learned timings,
