@@ -28,16 +28,26 @@ def _save(fig: Any, path: Path) -> str:
     return path.name
 
 
+def _mean5(values: list[int]) -> list[float]:
+    return [sum(values[max(0, i - 4) : i + 1]) / 5.0 for i in range(len(values))]
+
+
 def _served_chart(runs: list[Run], directory: Path, name: str = "served.png") -> str:
     fig, axes = plt.subplots(len(runs), 1, figsize=(10, 2.8 * len(runs)), squeeze=False)
     for ax, result in zip(axes[:, 0], runs, strict=True):
         rows = result.accumulator.per_minute
         names = sorted({w for row in rows for w in row})
-        for workload in names:
-            served = [row.get(workload, [0, 0])[1] for row in rows]
-            smooth = [sum(served[max(0, i - 4) : i + 1]) / 5.0 for i in range(len(served))]
-            ax.plot(smooth, label=workload, linewidth=1.2)
-        ax.set_title(f"served requests per minute (5-minute mean): {result.strategy.value}")
+        colours = plt.get_cmap("tab10")
+        for index, workload in enumerate(names):
+            offered = _mean5([row.get(workload, [0, 0])[0] for row in rows])
+            served = _mean5([row.get(workload, [0, 0])[1] for row in rows])
+            colour = colours(index % 10)
+            ax.plot(served, label=workload, linewidth=1.2, color=colour)
+            ax.plot(offered, linewidth=0.8, linestyle=":", color=colour)
+        ax.set_title(
+            "requests per minute, 5-minute mean (solid served, dotted offered): "
+            f"{result.strategy.value}"
+        )
         ax.set_xlabel("minute")
         ax.legend(fontsize=7, ncol=5, loc="upper right")
     return _save(fig, directory / name)

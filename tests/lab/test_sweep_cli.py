@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from gridctl.cli.lab_cmd import UsageError
 from gridctl.cli.lab_sweep import parse_int_ranges, run_sweep
 from gridctl.cli.main import main
-from gridctl.lab.graduation import sweep_cells
+from gridctl.lab.graduation import graduate, sweep_cells
 from tests.lab.worlds import blueprints, catalog
 
 TINY = ["--models", "3", "--users", "6", "--duration", "5m"]
@@ -80,6 +80,8 @@ def test_a_parallel_sweep_equals_a_serial_one(sizes: list[int], seeds: list[int]
     assert json.dumps(parallel.to_json(), sort_keys=True) == json.dumps(
         serial.to_json(), sort_keys=True
     )
+    in_order = graduate(blueprints(), catalog(), sizes, seeds, minutes=4, users=5, models=3)
+    assert in_order == serial
     assert [k for k, _, _ in finished] == list(range(1, len(cells) + 1))
     assert sorted((m, s) for _, m, s in finished) == sorted((c.machines, c.seed) for c in cells)
 
