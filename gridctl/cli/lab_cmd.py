@@ -3,8 +3,9 @@
 This is the lab's shell: it reads and validates the Fleet blueprints and the
 workload catalog (``gridctl.config``), reads workload traces, runs the pure
 lab (``gridctl.lab``) on a simulated clock, and prints or writes the result.
-Bad arguments exit 1 with the option named; bad traces name file and line.
-``graduate`` (the sweep) lives in ``gridctl.cli.lab_sweep``.
+Bad ``scenario`` arguments exit 1 with the option named; bad traces name
+file and line. ``graduate`` (the sweep over sizes and seeds in worker
+processes, exit 2 on a bad option) lives in ``gridctl.cli.lab_sweep``.
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="run one seeded workday under one strategy",
         description="Run one seeded workday and print its score, or the full report as JSON.",
     )
-    _common(scenario)
+    add_world_options(scenario)
     scenario.add_argument("--machines", default="8", help="managed logical machines (default 8)")
     scenario.add_argument("--seed", default="42", help="scenario seed (default 42)")
     scenario.add_argument(
@@ -156,7 +157,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     lab.set_defaults(func=usage)
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def add_world_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models", default="8", help=f"lab models, 1..{MAX_MODELS} (default 8)")
     parser.add_argument("--users", default="50", help="users (default 50)")
     parser.add_argument(

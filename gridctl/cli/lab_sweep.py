@@ -18,9 +18,10 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
-from gridctl.cli.lab_cmd import UsageError, load_inputs, parse_duration
+from gridctl.cli.lab_cmd import UsageError, add_world_options, load_inputs, parse_duration
 from gridctl.domain import Fleet, WorkloadCatalog
 from gridctl.lab.gates import RunRow
 from gridctl.lab.graduation import CellSpec, Matrix, assemble, run_cell, sweep_cells
@@ -63,8 +64,6 @@ def parse_int_ranges(option: str, text: str, low: int, high: int) -> list[int]:
 
 
 def add_graduate(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from gridctl.cli.lab_cmd import _common
-
     grad = verbs.add_parser(
         "graduate",
         help="run every strategy per fleet size and seed and check the gates",
@@ -74,7 +73,7 @@ def add_graduate(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
             "2 on a bad option."
         ),
     )
-    _common(grad)
+    add_world_options(grad)
     grad.add_argument(
         "--machines", default="2,4,8", help="fleet sizes, a list or ranges (default 2,4,8)"
     )
@@ -203,7 +202,14 @@ def run_graduate(args: argparse.Namespace) -> int:
                 flush=True,
             )
 
-    matrix = run_sweep(fleet, catalog, cells, jobs, progress)
+    try:
+        matrix = run_sweep(fleet, catalog, cells, jobs, progress)
+    except BrokenProcessPool as exc:
+        print(
+            f"gridctl lab graduate: a worker process died ({exc}); try fewer --jobs",
+            file=sys.stderr,
+        )
+        return 1
     document = matrix.to_json()
     page = None
     if args.report:
