@@ -8,6 +8,15 @@ is shared; the load average says how busy it was.
 
     python benchmarks/lab.py [--machines N] [--models M] [--users U] [--duration 2h]
                              [--strategy smart] [--runs 2] [--profile]
+
+``--sweep`` instead times ``gridctl lab graduate`` on a small sweep (default
+``--machines 2,4 --seeds 1-4 --models 4 --users 20 --duration 20m --json``),
+each in a fresh process: serially (``--jobs 1``) and with ``--jobs 2`` (or
+``--jobs N``), prints the speed-up ratio and checks that both JSON reports
+are the same bytes. The speed-up is only measured here, never asserted.
+
+    python benchmarks/lab.py --sweep [--sweep-machines 2,4] [--sweep-seeds 1-4]
+                             [--models 4] [--users 20] [--duration 20m] [--jobs 2]
 """
 
 from __future__ import annotations
@@ -19,8 +28,11 @@ import hashlib
 import io
 import os
 import pstats
+import resource
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 from gridctl.cli.main import main
 
@@ -36,16 +48,78 @@ def one_run(argv: list[str]) -> tuple[float, float, str]:
     return wall, cpu, out.getvalue()
 
 
+def fresh_process(argv: list[str]) -> tuple[float, float, str]:
+    """Wall-clock and CPU seconds (workers included) and stdout of ``gridctl ARGV``."""
+    root = Path(__file__).resolve().parents[1]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+    }
+    cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "gridctl", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    used = after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime
+    if done.returncode not in (0, 1):  # 1: a gate failed, which is still a measured run
+        raise SystemExit(f"gridctl {' '.join(argv)} exited {done.returncode}: {done.stderr}")
+    return wall, used, done.stdout
+
+
+def sweep(args: argparse.Namespace) -> None:
+    argv = [
+        "lab",
+        "graduate",
+        "--machines",
+        args.sweep_machines,
+        "--seeds",
+        args.sweep_seeds,
+        "--models",
+        args.models or "4",
+        "--users",
+        args.users or "20",
+        "--duration",
+        args.duration or "20m",
+        "--json",
+    ]
+    serial, serial_cpu, serial_out = fresh_process([*argv, "--jobs", "1"])
+    parallel, parallel_cpu, parallel_out = fresh_process([*argv, "--jobs", str(args.jobs)])
+    identical = serial_out == parallel_out
+    load = os.getloadavg()[0]
+    print(f"gridctl {' '.join(argv)}")
+    print(f"--jobs 1: wall {serial:.2f} s, cpu {serial_cpu:.2f} s")
+    print(f"--jobs {args.jobs}: wall {parallel:.2f} s, cpu {parallel_cpu:.2f} s")
+    print(f"speed-up {serial / parallel:.2f}x on {os.cpu_count()} cores; load average {load:.2f}")
+    print(f"JSON reports byte-identical: {identical}")
+    if not identical:
+        sys.exit(1)
+
+
 def run() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--machines", default="16")
-    parser.add_argument("--models", default="9")
-    parser.add_argument("--users", default="500")
-    parser.add_argument("--duration", default="2h")
+    parser.add_argument("--models", help="default 9 (a sweep: 4)")
+    parser.add_argument("--users", help="default 500 (a sweep: 20)")
+    parser.add_argument("--duration", help="default 2h (a sweep: 20m)")
     parser.add_argument("--strategy", default="smart")
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--sweep", action="store_true", help="time graduate serial vs parallel")
+    parser.add_argument("--sweep-machines", default="2,4")
+    parser.add_argument("--sweep-seeds", default="1-4")
+    parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args()
+    if args.sweep:
+        sweep(args)
+        return
+    args.models, args.users = args.models or "9", args.users or "500"
+    args.duration = args.duration or "2h"
     argv = [
         "lab",
         "scenario",

@@ -3,7 +3,9 @@
 This is the lab's shell: it reads and validates the Fleet blueprints and the
 workload catalog (``gridctl.config``), reads workload traces, runs the pure
 lab (``gridctl.lab``) on a simulated clock, and prints or writes the result.
-Bad arguments exit 1 with the option named; bad traces name file and line.
+Bad ``scenario`` arguments exit 1 with the option named; bad traces name
+file and line. ``graduate`` (the sweep over sizes and seeds in worker
+processes, exit 2 on a bad option) lives in ``gridctl.cli.lab_sweep``.
 """
 
 from __future__ import annotations
@@ -19,8 +21,6 @@ from typing import Any
 from gridctl.config import check_directory
 from gridctl.domain import Fleet, WorkloadCatalog
 from gridctl.domain.policy import ControllerPolicy
-from gridctl.lab.gates import RunRow
-from gridctl.lab.graduation import graduate
 from gridctl.lab.models import MAX_MODELS
 from gridctl.lab.scenario import (
     ScenarioConfig,
@@ -53,16 +53,6 @@ def parse_duration(text: str) -> int:
         raise UsageError(f"--duration {text!r}: use e.g. 30m, 2h or 1h30m")
     hours, minutes = (int(g) if g else 0 for g in match.groups())
     return hours * 60 + minutes
-
-
-def parse_list(option: str, text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise UsageError(f"{option} {text!r}: a comma-separated list of integers") from None
-    if not values:
-        raise UsageError(f"{option} is empty")
-    return values
 
 
 def _shipped(relative: str) -> Path:
@@ -126,7 +116,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="run one seeded workday under one strategy",
         description="Run one seeded workday and print its score, or the full report as JSON.",
     )
-    _common(scenario)
+    add_world_options(scenario)
     scenario.add_argument("--machines", default="8", help="managed logical machines (default 8)")
     scenario.add_argument("--seed", default="42", help="scenario seed (default 42)")
     scenario.add_argument(
@@ -156,15 +146,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     scenario.add_argument("--timeline", action="store_true", help="print every changing tick")
     scenario.add_argument("--report", metavar="DIR", help="write report.json and index.html")
     scenario.set_defaults(func=run_scenario)
-    grad = verbs.add_parser(
-        "graduate",
-        help="run every strategy per fleet size and seed and check the gates",
-        description="Exit 0 when every gate passes, 1 naming the failing gates otherwise.",
-    )
-    _common(grad)
-    grad.add_argument("--machines", default="2,4,8", help="fleet sizes (default 2,4,8)")
-    grad.add_argument("--seeds", default="42,144", help="seeds (default 42,144)")
-    grad.set_defaults(func=run_graduate)
+    from gridctl.cli.lab_sweep import add_graduate
+
+    add_graduate(verbs)
 
     def usage(_args: argparse.Namespace) -> int:
         lab.print_help()
@@ -173,7 +157,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     lab.set_defaults(func=usage)
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def add_world_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models", default="8", help=f"lab models, 1..{MAX_MODELS} (default 8)")
     parser.add_argument("--users", default="50", help="users (default 50)")
     parser.add_argument(
@@ -346,54 +330,3 @@ def _print_timeline(document: dict[str, Any]) -> None:
         print(f"[{row['minute']:4}] {row['phase']:17} {ready}")
         for line in row["events"] + row["issued"]:
             print(f"         {line}")
-
-
-def run_graduate(args: argparse.Namespace) -> int:
-    try:
-        fleet, catalog = load_inputs(args.blueprints, args.catalog)
-        sizes = parse_list("--machines", args.machines)
-        seeds = parse_list("--seeds", args.seeds)
-        for size in sizes:
-            if not 1 <= size <= 64:
-                raise UsageError(f"--machines must be between 1 and 64, got {size}")
-        minutes = parse_duration(args.duration)
-        models = _int("--models", args.models, 1, MAX_MODELS)
-        users = _int("--users", args.users, 1, 10_000)
-        probe = ScenarioConfig(sizes[0], models, users, minutes, seeds[0])
-        problems = probe.problems()
-        if problems:
-            raise UsageError("; ".join(problems))
-    except UsageError as exc:
-        return _fail(str(exc))
-
-    def progress(row: RunRow) -> None:
-        if not args.json:
-            s = row.summary
-            print(
-                f"{row.machines:3} machines  seed {row.seed:<6} {row.strategy:9} "
-                f"score {s['score']:5.1f}  served {s['served_pct']:5.1f}%",
-                flush=True,
-            )
-
-    matrix = graduate(
-        fleet,
-        catalog,
-        sizes,
-        seeds,
-        minutes=minutes,
-        users=users,
-        models=models,
-        progress=progress,
-    )
-    if args.json:
-        print(_dump(matrix.to_json()))
-    else:
-        for gate in matrix.gates:
-            mark = "pass" if gate.passed else "FAIL"
-            rule = f"{gate.value:.3f} {gate.comparison} {gate.threshold:g}"
-            print(f"{mark}  {gate.name}: {rule}  ({gate.detail})")
-    failed = [g.name for g in matrix.gates if not g.passed]
-    if failed:
-        print(f"gridctl lab graduate: failing gates: {', '.join(failed)}", file=sys.stderr)
-        return 1
-    return 0

@@ -28,22 +28,34 @@ def _save(fig: Any, path: Path) -> str:
     return path.name
 
 
-def _served_chart(runs: list[Run], directory: Path) -> str:
+def _mean5(values: list[int]) -> list[float]:
+    return [sum(values[max(0, i - 4) : i + 1]) / 5.0 for i in range(len(values))]
+
+
+def _served_chart(runs: list[Run], directory: Path, name: str = "served.png") -> str:
     fig, axes = plt.subplots(len(runs), 1, figsize=(10, 2.8 * len(runs)), squeeze=False)
     for ax, result in zip(axes[:, 0], runs, strict=True):
         rows = result.accumulator.per_minute
         names = sorted({w for row in rows for w in row})
-        for name in names:
-            served = [row.get(name, [0, 0])[1] for row in rows]
-            smooth = [sum(served[max(0, i - 4) : i + 1]) / 5.0 for i in range(len(served))]
-            ax.plot(smooth, label=name, linewidth=1.2)
-        ax.set_title(f"served requests per minute (5-minute mean): {result.strategy.value}")
+        colours = plt.get_cmap("tab10")
+        for index, workload in enumerate(names):
+            offered = _mean5([row.get(workload, [0, 0])[0] for row in rows])
+            served = _mean5([row.get(workload, [0, 0])[1] for row in rows])
+            colour = colours(index % 10)
+            ax.plot(served, label=workload, linewidth=1.2, color=colour)
+            ax.plot(offered, linewidth=0.8, linestyle=":", color=colour)
+        ax.set_title(
+            "requests per minute, 5-minute mean (solid served, dotted offered): "
+            f"{result.strategy.value}"
+        )
         ax.set_xlabel("minute")
         ax.legend(fontsize=7, ncol=5, loc="upper right")
-    return _save(fig, directory / "served.png")
+    return _save(fig, directory / name)
 
 
-def _residency_chart(result: Run, world: World, directory: Path) -> str:
+def _residency_chart(
+    result: Run, world: World, directory: Path, name: str = "residency.png"
+) -> str:
     hosts = [h.host_id for h in world.hosts]
     models = [p.name for p in world.desired.profiles]
     colours = plt.get_cmap("tab20")
@@ -74,7 +86,7 @@ def _residency_chart(result: Run, world: World, directory: Path) -> str:
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles, strict=True))
     ax.legend(unique.values(), unique.keys(), fontsize=7, ncol=4, loc="upper right")
-    return _save(fig, directory / "residency.png")
+    return _save(fig, directory / name)
 
 
 def _churn_chart(runs: list[Run], directory: Path) -> str:

@@ -109,6 +109,6 @@ def test_graduate_prints_every_gate(capsys: pytest.CaptureFixture[str]) -> None:
     assert len(body["runs"]) == 4
 
 
-def test_graduate_bad_list_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["lab", "graduate", "--seeds", "a,b"]) == 1
+def test_graduate_bad_list_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["lab", "graduate", "--seeds", "a,b"]) == 2
     assert "--seeds 'a,b'" in capsys.readouterr().err
