@@ -46,7 +46,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "plan's action ids become executable. With DIR and --dry-run, print what the "
         "controller's next tick would do with DIR.",
     )
-    parser.add_argument("target", metavar="PLAN.json|DIR", help="saved plan, or DIR with --dry-run")
+    parser.add_argument(
+        "target",
+        nargs="?",
+        metavar="PLAN.json|DIR",
+        help="saved plan, or DIR with --dry-run (none with --cancel)",
+    )
     parser.add_argument(
         "--controller",
         metavar="URL",
@@ -63,11 +68,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--dry-run", action="store_true", help="with DIR: print the actions, change nothing"
     )
+    parser.add_argument(
+        "--cancel",
+        action="store_true",
+        help="withdraw the plan applied in recommend mode: its actions not yet delivered "
+        "become proposals again",
+    )
     parser.add_argument("--json", action="store_true", help="print the controller's answer")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.cancel:
+        if args.target is not None or args.dry_run:
+            print("error: --cancel takes no PLAN.json|DIR and no --dry-run", file=sys.stderr)
+            return 1
+        return cancel(args)
+    if args.target is None:
+        print("error: PLAN.json|DIR is required (or --cancel)", file=sys.stderr)
+        return 1
     target = Path(args.target)
     if args.dry_run:
         return dry_run(args)
@@ -102,6 +121,24 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cancel(args: argparse.Namespace) -> int:
+    """Withdraw the applied plan's approval (``POST /allocator/apply {"cancel": true}``)."""
+    with ControllerClient(
+        args.controller or default_controller_url(),
+        token_file=args.token_file,
+        ca_file=getattr(args, "ca_file", None),
+    ) as client:
+        try:
+            answer = client.call_admin("POST", "/allocator/apply", json={"cancel": True})
+        except ControllerError as exc:
+            return refused(exc)
+    if args.json:
+        print(json.dumps(answer, indent=2))
+    else:
+        print(answer.get("message") or "cancelled")
+    return 0
+
+
 def read_plan(path: Path) -> dict[str, Any]:
     try:
         if path.stat().st_size > MAX_PLAN_BYTES:
@@ -117,9 +154,10 @@ def read_plan(path: Path) -> dict[str, Any]:
 
 
 def refused(exc: ControllerError) -> int:
-    """Print a refusal; a stale plan's message already lists what moved, one input a line."""
+    """Print a refusal; a stale plan's message already names each changed action and what
+    moved, one a line. Exit 2 when the controller could not be reached, else 1."""
     print(f"error: {exc}", file=sys.stderr)
-    return 1
+    return exc.exit_code
 
 
 def print_applied(answer: dict[str, Any], saved: dict[str, Any]) -> None:
@@ -128,6 +166,8 @@ def print_applied(answer: dict[str, Any], saved: dict[str, Any]) -> None:
         f"applied revision {str(answer.get('revision'))[:12]} "
         f"(inputs {str(answer.get('inputs_digest'))[:12]}); controller mode {mode}"
     )
+    for note in answer.get("notes") or []:
+        print(f"  note: {note}")
     if answer.get("refused_automatic"):
         print(f"  {answer['refused_automatic']}")
     for row in [*answer.get("actions", []), *answer.get("deferred", [])]:
@@ -158,7 +198,9 @@ def dry_run(args: argparse.Namespace) -> int:
     url = args.controller or default_controller_url()
     try:
         document = plan_cmd.remote_dry_run(url, args.token_file, desired, args.target)
-    except (WireError, ControllerError) as exc:
+    except ControllerError as exc:
+        return refused(exc)
+    except WireError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     if args.json:

@@ -333,7 +333,15 @@ def run_fleet_up(args: argparse.Namespace) -> int:
 
 
 def _existing(args: argparse.Namespace) -> FleetRun | None:
-    root = args.state_dir or default_state_root() / "up"
+    """The fleet of ``--state-dir``, else of the current context, else the default one."""
+    root = args.state_dir
+    if root is None:
+        try:
+            context = contexts.current_context()
+        except contexts.ContextError:
+            context = None
+        recorded = context.state_root if context is not None else None
+        root = Path(recorded) if recorded else default_state_root() / "up"
     run = load_run(Path(root))
     if run is None:
         print(f"no fleet recorded under {root}", file=sys.stderr)

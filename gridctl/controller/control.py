@@ -18,6 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gridctl.controller.appliedplans import (
+    APPLIED_PLAN_KEY,
+    applied_plan,
+    approved_ids,
+    ended_after_tick,
+)
 from gridctl.controller.authority import Grant
 from gridctl.controller.demandbook import DemandBook, portfolio_inputs, with_correlation
 from gridctl.controller.desired import DesiredProvider
@@ -59,7 +65,6 @@ log = logging.getLogger(__name__)
 MAX_HISTORY = 2000
 MAX_EVENTS = 500
 STATUS_SECONDS = 1.0  # the longest a cached status document is served
-APPLIED_PLAN_KEY = "applied_plan"  # store override: a saved plan applied in recommend mode
 CLOCK_STEP_TOLERANCE_SECONDS = 5.0  # smaller differences are ordinary skew between writers
 
 
@@ -626,12 +631,7 @@ class Controller:
 
     def approved_actions(self, desired: DesiredState, mode: Mode) -> frozenset[str]:
         """The action ids of the saved plan applied in recommend mode for ``desired``."""
-        if mode is not Mode.RECOMMEND:
-            return frozenset()
-        applied = self.store.overrides().get(APPLIED_PLAN_KEY)
-        if not isinstance(applied, dict) or applied.get("revision") != desired.revision:
-            return frozenset()
-        return frozenset(str(i) for i in applied.get("action_ids") or [])
+        return approved_ids(applied_plan(self.store.overrides()), desired.revision, mode)
 
     def _tick_once(self, phases: PhaseTimer) -> None:
         desired = self.desired.current
@@ -693,15 +693,18 @@ class Controller:
             plan_generation=generation,
         )
         self._pending_hosts = frozenset(p.action.host_id for p in self.store.pending())
-        if (
-            inputs.approved
-            and not (
-                {a.action_id for a in result.actions} | {p.action_id for p in self.store.pending()}
-            )
-            & inputs.approved
-        ):
-            self.store.set_override(APPLIED_PLAN_KEY, None)  # every applied action finished
-            self.event("applied_plan_done", message=f"{len(inputs.approved)} action(s)")
+        ended = ended_after_tick(
+            applied_plan(self.store.overrides()),
+            desired.revision,
+            inputs.mode,
+            inputs.approved,
+            [a.action_id for a in (*result.actions, *result.deferred)]
+            + [p.action_id for p in self.store.pending()],
+            [h.action_id for h in inputs.history],
+        )
+        if ended is not None:  # executed, superseded or approving nothing: forget it durably
+            self.store.set_override(APPLIED_PLAN_KEY, None)
+            self.event("applied_plan_done", message=ended)
         for model, used in self.registry.last_used_watermarks().items():
             self.store.set_watermark(model, used)
         picture = inputs.picture

@@ -4,7 +4,8 @@ The router classifies the request into one workload of the catalog (the text
 is read once, locally, and forgotten) and asks the controller's latest
 portfolio which model serves that workload. While no chosen model is ready it
 answers an honest 503 naming the workload and its admission state; once one
-is ready the request goes there. Either way the observation carries no
+is ready the request goes there. A workload no configured model scores is a
+422: permanent, so no client retries it into extra demand. Either way the observation carries no
 requested model: the workload gains demand, and the model that served it
 gains outcome evidence, never direct demand.
 """
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from gridctl.router.proxy import Router
 
 TEXT_FIELDS_MAX_CHARS = 4096
+INFEASIBLE_STATUS = 422  # no configured model scores the workload: retrying cannot help
 
 
 @dataclass(frozen=True)
@@ -164,7 +166,7 @@ async def forward_unbound(
         )
 
     if decision.model is None:
-        observe("rejected", 503, None)
+        observe("rejected", 503 if decision.retry else INFEASIBLE_STATUS, None)
         return unavailable(decision)
     route = await router._admit(decision.model, token_hint(payload), session)
     if route is None:
@@ -176,6 +178,9 @@ async def forward_unbound(
 
 
 def unavailable(decision: UnboundDecision) -> JSONResponse:
+    """503 with Retry-After while a model may still become ready; 422 when none could
+    (a permanent answer: clients such as the official ``openai`` one retry a 503, and
+    each retry would be counted as more demand for the workload)."""
     if decision.retry:
         message = (
             f"no model is ready for workload '{decision.workload}' yet "
@@ -189,12 +194,13 @@ def unavailable(decision: UnboundDecision) -> JSONResponse:
     body = {
         "error": {
             "message": message,
-            "type": "service_unavailable",
+            "type": "service_unavailable" if decision.retry else "invalid_request_error",
             "param": "model",
             "code": "workload_not_ready" if decision.retry else "workload_infeasible",
             "workload": decision.workload,
             "admission_state": decision.state,
         }
     }
-    headers = {"Retry-After": "5"} if decision.retry else {}
-    return JSONResponse(body, status_code=503, headers=headers)
+    if not decision.retry:
+        return JSONResponse(body, status_code=INFEASIBLE_STATUS)
+    return JSONResponse(body, status_code=503, headers={"Retry-After": "5"})

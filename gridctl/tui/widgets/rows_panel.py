@@ -96,20 +96,30 @@ class RowsPanel(Vertical):
         self.refresh_rows()
 
     def on_resize(self) -> None:
-        if self.narrow and self.NARROW_COLUMNS:
+        if self.NARROW_COLUMNS:
             self.refresh_rows()
 
-    def _kept(self) -> tuple[int, ...]:
-        if self.narrow and self.NARROW_COLUMNS:
-            return tuple(self.COLUMNS.index(name) for name in self.NARROW_COLUMNS)
-        return tuple(range(len(self.COLUMNS)))
+    def _kept(self, rendered: Sequence[tuple[RenderableType, ...]]) -> tuple[int, ...]:
+        """Every column when all fit the panel at their natural width; else (and always
+        in a narrow terminal) the lesser columns drop and the reason column wraps."""
+        every = tuple(range(len(self.COLUMNS)))
+        if not self.NARROW_COLUMNS:
+            return every
+        if not self.narrow:
+            natural = sum(
+                max([cell_width(name), *(cell_width(row[i]) for row in rendered)]) + 2
+                for i, name in enumerate(self.COLUMNS)
+            )
+            if natural <= (self.size.width or 80) - 4:  # borders and scrollbar
+                return every
+        return tuple(self.COLUMNS.index(name) for name in self.NARROW_COLUMNS)
 
     def _set_columns(self, kept: tuple[int, ...], rows: list[tuple[RenderableType, ...]]) -> bool:
         """Lay out the kept columns; in narrow mode the last gets what is left, and wraps.
         Returns whether rows should take the height their wrapped reason needs."""
         table = self.table
         names = tuple(self.COLUMNS[i] for i in kept)
-        wrap = len(names) < len(self.COLUMNS)
+        wrap = names != self.COLUMNS
         if not wrap and names == self._columns:
             return False
         table.clear(columns=True)
@@ -139,8 +149,8 @@ class RowsPanel(Vertical):
         selected = self._selected_key()
         rows = list(self.rows_of(self.view)) if self.view is not None else []
         self._shown = [row for row in rows if self.matches(row)]
-        kept = self._kept()
         rendered = [self.cells(row) for row in self._shown]
+        kept = self._kept(rendered)
         cut = [tuple(cells[i] for i in kept) for cells in rendered]
         table.clear()
         wrap = self._set_columns(kept, cut)
