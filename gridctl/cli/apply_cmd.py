@@ -1,11 +1,13 @@
 """``gridctl apply``: execute exactly a saved plan, or refuse; or dry-run a directory.
 
 ``gridctl apply PLAN.json`` posts the plan made by ``gridctl plan --out`` to
-``POST /allocator/apply``. The controller runs its dry run again: if any input
-the plan depended on moved, or the actions it would take differ from the
-plan's, it answers 409 "stale plan" naming what moved, and this command prints
-that and exits 1. Otherwise, in recommend mode exactly the plan's action ids
-become executable (through every safety gate; nothing else is issued), and in
+``POST /allocator/apply``. The controller re-plans on its current inputs: if
+the actions it would take differ from the plan's, it answers 409 ``stale plan:``
+naming each added, removed or changed action and the inputs that moved, and
+this command prints that and exits 1; drift that changes no action is printed
+as a note. Otherwise, in recommend mode exactly the plan's action ids become
+executable (through every safety gate; nothing else is issued) until they have
+run, been superseded or been withdrawn with ``gridctl apply --cancel``; in
 automatic mode the plan's revision is pinned as the one in force.
 
 ``gridctl apply DIR --dry-run`` asks the controller what its next tick would do
@@ -28,6 +30,7 @@ from gridctl.client import (
     default_controller_url,
 )
 from gridctl.controller.applying import PLAN_FORMAT
+from gridctl.controller.staleness import STALE
 from gridctl.domain import Mode
 from gridctl.errors import WireError
 
@@ -38,13 +41,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "apply",
         help="execute exactly a saved plan (refused when stale), or --dry-run a directory",
-        description="Submit PLAN.json (from `gridctl plan --out`) to the controller. It is "
-        "applied only if every input the plan depended on (revision, policy, mode, hosts, "
-        "residencies, demand, pending work, history, memory, learned timings, telemetry) "
-        "still matches and the controller would take exactly the plan's actions; otherwise "
-        "it refuses with 'stale plan' and names what moved. In recommend mode exactly the "
-        "plan's action ids become executable. With DIR and --dry-run, print what the "
-        "controller's next tick would do with DIR.",
+        description="Submit PLAN.json (from `gridctl plan --out`) to the controller. It "
+        "re-plans on its current inputs (revision, policy, mode, hosts, residencies, demand, "
+        "pending work, history, memory, learned timings, telemetry) and applies the plan "
+        "while it would take exactly the plan's actions: inputs that drifted without "
+        "changing an action are reported as notes; otherwise it refuses with 'stale plan:', "
+        "names each changed action and what moved, and you plan again. In recommend mode "
+        "exactly the plan's action ids become executable until they have run (--cancel "
+        "withdraws them). With DIR and --dry-run, print what the controller's next tick "
+        "would do with DIR.",
     )
     parser.add_argument(
         "target",
@@ -156,7 +161,9 @@ def read_plan(path: Path) -> dict[str, Any]:
 def refused(exc: ControllerError) -> int:
     """Print a refusal; a stale plan's message already names each changed action and what
     moved, one a line. Exit 2 when the controller could not be reached, else 1."""
-    print(f"error: {exc}", file=sys.stderr)
+    text = str(exc)
+    start = text.find(STALE) if exc.status == 409 else -1
+    print(f"error: {text[start:] if start >= 0 else text}", file=sys.stderr)
     return exc.exit_code
 
 

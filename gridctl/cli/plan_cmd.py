@@ -351,9 +351,11 @@ def _candidate_line(c: dict[str, Any]) -> str:
     host, detail = c.get("host_id"), c.get("detail") or ""
     if c.get("rejection") is not None:
         return f"  {mark} {host}: rejected {c['rejection']}: {detail or 'no detail recorded'}"
-    note = f" [{detail}]" if detail else ""
     score = c.get("score")
     if score is None:  # never ranked: the incumbents already met the target
+        detail = detail.removeprefix("eligible; not scored: ")
+    note = f" [{detail}]" if detail else ""
+    if score is None:
         state = "holds a replica, not scored" if c.get("chosen") else "eligible, not scored"
         return f"  {mark} {host}: {state}{note}"
     parts = ", ".join(f"{name} {value:+g}" for name, value in (c.get("components") or {}).items())

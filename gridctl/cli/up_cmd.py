@@ -163,7 +163,11 @@ def _announce(run: FleetRun) -> None:
 class Follower:
     """Prints residency transitions and command outcomes from successive status documents."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, replay: bool = True) -> None:
+        # replay=False (``fleet watch`` joining a running fleet): the first document only
+        # primes what was seen, so old events are not printed as if they happened now
+        self.replay = replay
+        self.primed = False
         self.transfer_marks: dict[tuple[str, str], int] = {}
         self.states: dict[tuple[str, str], str] = {}
         self.seen_events: set[tuple[float, str, str]] = set()
@@ -172,6 +176,8 @@ class Follower:
         self.rejected_seen: set[tuple[str, float]] = set()
 
     def follow(self, doc: dict[str, Any]) -> list[str]:
+        if not self.replay and not self.primed:
+            return self._prime(doc)
         lines: list[str] = []
         stamp = f"[{time.monotonic() - self.started:6.1f}s]"
         current: dict[tuple[str, str], str] = {}
@@ -203,6 +209,18 @@ class Follower:
                 f"{event.get('message') or ''}".rstrip()
             )
         return lines
+
+    def _prime(self, doc: dict[str, Any]) -> list[str]:
+        """Take in a running fleet's state and history without replaying it."""
+        self.primed = True
+        self.follow(doc)  # a replay of everything, discarded
+        revision = str((doc.get("desired") or {}).get("revision") or "none")[:19]
+        hosts = len(doc.get("hosts") or [])
+        earlier = len(doc.get("history") or [])
+        return [
+            f"[{0.0:6.1f}s] watching: revision {revision} in force, {hosts} host(s); "
+            f"{earlier} earlier event(s) not replayed (`gridctl status` lists them)"
+        ]
 
     def _revisions(self, doc: dict[str, Any], stamp: str) -> list[str]:
         """A line when a new revision is in force; the errors of each rejected one."""
@@ -258,9 +276,13 @@ def transfer_line(host_id: str, t: dict[str, Any]) -> str:
 
 
 def _follow_until(
-    client: ControllerClient, stop: list[bool], interval: float = 1.0, run: FleetRun | None = None
+    client: ControllerClient,
+    stop: list[bool],
+    interval: float = 1.0,
+    run: FleetRun | None = None,
+    follower: Follower | None = None,
 ) -> None:
-    follower = Follower()
+    follower = follower or Follower()
     while not stop[0]:
         try:
             for line in follower.follow(client.status()):
@@ -389,7 +411,7 @@ def run_fleet_watch(args: argparse.Namespace) -> int:
     stop = [False]
     signal.signal(signal.SIGINT, lambda *_: stop.__setitem__(0, True))
     with ControllerClient(run.base_url, token_file=run.token_file) as client:
-        _follow_until(client, stop)
+        _follow_until(client, stop, follower=Follower(replay=False))
     print("stopped watching; the fleet keeps running")
     return 0
 

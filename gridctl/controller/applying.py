@@ -162,7 +162,8 @@ def desired_from_files(
         report = check_directory(root)
     if report.state is None:
         first = report.errors[0] if report.errors else None
-        raise WireError(f"the plan's desired state is invalid: {first.message if first else 'no document could be loaded'}")
+        problem = first.render() if first else "no document could be loaded"
+        raise WireError(f"the plan's desired state is invalid: {problem}")
     profiles: dict[str, dict[str, Any]] = {}
     for name, text in sorted(files.items()):
         documents, _ = parse_yaml(text, name)

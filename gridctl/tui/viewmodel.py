@@ -430,7 +430,7 @@ def command_rows(status: Mapping[str, Any], now: float) -> tuple[CommandRow, ...
     receipts = [e for e in receipts if e.get("duration_seconds") is not None]
     receipts.sort(key=lambda e: (-float(e.get("at", 0)), _str(e.get("action_id"))))
     for event in receipts[:RECEIPT_LIMIT]:
-        kind, status = receipt_kind(_str(event.get("event")))
+        kind, outcome = receipt_kind(_str(event.get("event")))
         rows.append(
             CommandRow(
                 group="receipt",
@@ -438,7 +438,7 @@ def command_rows(status: Mapping[str, Any], now: float) -> tuple[CommandRow, ...
                 kind=_str(event.get("kind"), kind),
                 host_id=_str(event.get("host_id")),
                 model_id=_str(event.get("model_id")),
-                status=status,
+                status=outcome,
                 blocked=None,
                 reason=_str(event.get("message")),
                 age_seconds=_age(now, event.get("at")),

@@ -237,8 +237,10 @@ UNREACHABLE_COMMANDS: dict[str, list[str]] = {
     "apply-cancel": ["apply", "--cancel", "--controller", "{dead}"],
     "forecast": ["forecast", "--against", "{dead}"],
     "chat": ["chat", "hello", "--controller", "{dead}"],
-    "join": ["join", "--at", "http://127.0.0.1:9", "-m", "m", "--kind", "vllm"]
-    + ["--controller", "{dead}"],
+    "join": [
+        *("join", "--at", "http://127.0.0.1:9", "-m", "m", "--kind", "vllm"),
+        *("--controller", "{dead}"),
+    ],
 }
 PLACEHOLDERS = ("?/?", "/: ", ":0:0", " ?:", ": ?", "error:: ")
 

@@ -21,7 +21,12 @@ def snapshot_time(now: float) -> str:
     return datetime.fromtimestamp(now, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
-def summary_text(view: DashboardView | None, source: str, access: str) -> Text:
+def summary_text(
+    view: DashboardView | None, source: str, access: str, width: int | None = None
+) -> Text:
+    """Two lines: who and what mode, then the counts. The snapshot time moves to the
+    second line when the first would not fit ``width`` (a wrapped header hides a panel
+    row and splits words)."""
     text = Text("gridctl", style="bold")
     text.append(f"  {source}", style="dim")
     text.append(f"  [{access}]", style="yellow" if access == "read-only" else "green")
@@ -36,7 +41,10 @@ def summary_text(view: DashboardView | None, source: str, access: str) -> Text:
     text.append(view.mode.effective, style="bold")
     if view.mode.drifted:
         text.append(f" (override; git: {view.mode.desired})", style="bold yellow")
-    text.append(f"  as of {snapshot_time(view.now)}", style="dim")
+    when = f"  as of {snapshot_time(view.now)}"
+    late = width is not None and text.cell_len + len(when) > width - 2  # padding
+    if not late:
+        text.append(when, style="dim")
     text.append("\nhosts")
     for state, count in view.host_counts().items():
         if count or state == "accepting":
@@ -47,6 +55,8 @@ def summary_text(view: DashboardView | None, source: str, access: str) -> Text:
     text.append(f"  models {len(view.models)}  pending {pending}")
     text.append(f"  withdrawn {withdrawn}", style="bold red" if withdrawn else "")
     text.append(f"  unmet {len(view.unmet)}", style="bold red" if view.unmet else "")
+    if late:
+        text.append(when, style="dim")
     return text
 
 
@@ -56,7 +66,7 @@ class SummaryBar(Static):
     access: reactive[str] = reactive("read-only")
 
     def render(self) -> Text:
-        return summary_text(self.view, self.source, self.access)
+        return summary_text(self.view, self.source, self.access, self.size.width or None)
 
 
 class ProblemBanner(Static):

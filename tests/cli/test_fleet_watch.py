@@ -1,0 +1,40 @@
+"""``gridctl fleet watch`` joining a running fleet prints what happens from now on: earlier
+history is not replayed as if it had just happened, and an old rejection does not name
+today's revision as the one that stayed in force."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gridctl.cli.up_cmd import Follower
+
+
+def document(events: list[dict[str, Any]], revision: str = "b" * 40) -> dict[str, Any]:
+    return {
+        "hosts": [{"host_id": "local-1", "residencies": [{"model_id": "m", "state": "ready"}]}],
+        "desired": {
+            "revision": revision,
+            "rejected": [{"revision": "a" * 40, "at": 5.0, "errors": []}],
+        },
+        "history": events,
+    }
+
+
+OLD = [{"at": 10.0, "event": "warm_succeeded", "model_id": "m", "host_id": "local-1"}]
+NEW = {"at": 99.0, "event": "drain_succeeded", "model_id": "m", "host_id": "local-1"}
+
+
+def test_watch_primes_then_prints_only_new_events() -> None:
+    follower = Follower(replay=False)
+    (first,) = follower.follow(document(OLD))
+    assert first.startswith("[   0.0s] watching: revision bbbbbbbbbbbbbbbbbbb in force, 1 host(s)")
+    assert "1 earlier event(s) not replayed" in first
+    assert follower.follow(document(OLD)) == []
+    later = follower.follow(document([*OLD, NEW]))
+    assert len(later) == 1 and "drain_succeeded: m on local-1" in later[0]
+
+
+def test_up_replays_from_its_own_start() -> None:
+    lines = Follower().follow(document(OLD))
+    assert any("warm_succeeded" in line for line in lines)
+    assert any("rejected" in line for line in lines)
