@@ -24,18 +24,35 @@ def snapshot_time(now: float) -> str:
 def summary_text(
     view: DashboardView | None, source: str, access: str, width: int | None = None
 ) -> Text:
-    """Two lines: who and what mode, then the counts. The snapshot time moves to the
-    second line when the first would not fit ``width`` (a wrapped header hides a panel
-    row and splits words)."""
+    """Two lines: who and what mode, then the counts. When the first would not fit
+    ``width`` (a wrapped header hides a panel row and splits words) the snapshot time
+    moves to the second line, then the controller id and the source are left out."""
+    if view is not None and width is not None:
+        for drop in ((), ("id",), ("id", "source")):
+            text = _summary(view, source, access, width, drop)
+            if text.split("\n")[0].cell_len <= width - 2:  # padding
+                return text
+    return _summary(view, source, access, width, ())
+
+
+def _summary(
+    view: DashboardView | None,
+    source: str,
+    access: str,
+    width: int | None,
+    drop: tuple[str, ...],
+) -> Text:
     text = Text("gridctl", style="bold")
-    text.append(f"  {source}", style="dim")
+    if "source" not in drop:
+        text.append(f"  {source}", style="dim")
     text.append(f"  [{access}]", style="yellow" if access == "read-only" else "green")
     if view is None:
         text.append("  waiting for status…", style="dim")
         return text
     controller = view.controller
     authority = "authority" if controller.holds_authority else "NO AUTHORITY"
-    text.append(f"  {controller.controller_id} term {controller.term} ")
+    who = "" if "id" in drop else f"{controller.controller_id} "
+    text.append(f"  {who}term {controller.term} ")
     text.append(authority, style="green" if controller.holds_authority else "bold red")
     text.append("  mode ")
     text.append(view.mode.effective, style="bold")
@@ -55,8 +72,8 @@ def summary_text(
     text.append(f"  models {len(view.models)}  pending {pending}")
     text.append(f"  withdrawn {withdrawn}", style="bold red" if withdrawn else "")
     text.append(f"  unmet {len(view.unmet)}", style="bold red" if view.unmet else "")
-    if late:
-        text.append(when, style="dim")
+    if late:  # the date is left out there: the time of day is what ages
+        text.append(f"  as of {snapshot_time(view.now)[-9:]}", style="dim")
     return text
 
 
