@@ -43,6 +43,9 @@ class UsageError(ValueError):
     """A command-line value is out of range; the message names the option."""
 
 
+GATE_CALIBRATION_MINUTES = 120  # the README's `--duration 2h`: the gates' thresholds assume it
+
+
 def parse_duration(text: str) -> int:
     """Minutes from ``2h``, ``30m``, ``1h30m`` or a bare number of minutes."""
     value = text.strip().lower()
@@ -159,7 +162,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     grad = verbs.add_parser(
         "graduate",
         help="run every strategy per fleet size and seed and check the gates",
-        description="Exit 0 when every gate passes, 1 naming the failing gates otherwise.",
+        description="Exit 0 when every gate passes, 1 naming the failing gates otherwise. "
+        "The gates are calibrated on runs of at least 2h of simulated time "
+        "(--duration 2h); shorter runs see too few requests to pass them.",
     )
     _common(grad)
     grad.add_argument("--machines", default="2,4,8", help="fleet sizes (default 2,4,8)")
@@ -395,5 +400,13 @@ def run_graduate(args: argparse.Namespace) -> int:
     failed = [g.name for g in matrix.gates if not g.passed]
     if failed:
         print(f"gridctl lab graduate: failing gates: {', '.join(failed)}", file=sys.stderr)
+        if minutes < GATE_CALIBRATION_MINUTES:
+            print(
+                f"gridctl lab graduate: the gates are calibrated on runs of at least "
+                f"{GATE_CALIBRATION_MINUTES // 60}h of simulated time; this run had "
+                f"{minutes}m, too few requests for the evidence they check "
+                f"(try --duration {GATE_CALIBRATION_MINUTES // 60}h)",
+                file=sys.stderr,
+            )
         return 1
     return 0
