@@ -4,8 +4,13 @@ today's revision as the one that stayed in force."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from gridctl import contexts
+from gridctl.cli.main import main
 from gridctl.cli.up_cmd import Follower
 
 
@@ -38,3 +43,18 @@ def test_up_replays_from_its_own_start() -> None:
     lines = Follower().follow(document(OLD))
     assert any("warm_succeeded" in line for line in lines)
     assert any("rejected" in line for line in lines)
+
+
+def test_fleet_commands_find_the_fleet_of_the_current_context(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`gridctl fleet status` (watch, down) look where the context's `up` ran, not only at
+    the default state directory."""
+    root = tmp_path / "elsewhere"
+    contexts.record(
+        contexts.Context(
+            name="local-22400", controller="http://127.0.0.1:22400", state_root=str(root)
+        )
+    )
+    assert main(["fleet", "status"]) == 1
+    assert f"no fleet recorded under {root}" in capsys.readouterr().err
