@@ -176,10 +176,19 @@ class Follower:
         self.rejected_seen: set[tuple[str, float]] = set()
 
     def follow(self, doc: dict[str, Any]) -> list[str]:
-        if not self.replay and not self.primed:
-            return self._prime(doc)
-        lines: list[str] = []
         stamp = f"[{time.monotonic() - self.started:6.1f}s]"
+        if not self.replay and not self.primed:
+            return self._prime(doc, stamp)
+        return [
+            *self._states(doc, stamp),
+            *self._revisions(doc, stamp),
+            *self._transfers(doc, stamp),
+            *self._events(doc, stamp),
+        ]
+
+    def _states(self, doc: dict[str, Any], stamp: str) -> list[str]:
+        """A line per residency whose state changed (every one, the first time)."""
+        lines = []
         current: dict[tuple[str, str], str] = {}
         for host in doc.get("hosts", []):
             for r in host["residencies"]:
@@ -189,9 +198,12 @@ class Follower:
             before, after = self.states.get(key), current.get(key, "gone")
             if before != after and not (before is None and after == "gone"):
                 lines.append(f"{stamp} {key[1]} on {key[0]}: {before or 'absent'} -> {after}")
-        self.states = {k: v for k, v in current.items()}
-        lines.extend(self._revisions(doc, stamp))
-        lines.extend(self._transfers(doc, stamp))
+        self.states = dict(current)
+        return lines
+
+    def _events(self, doc: dict[str, Any], stamp: str) -> list[str]:
+        """Command outcomes and retirements not printed before."""
+        lines = []
         for event in doc.get("history", []):
             name = event.get("event", "")
             if not any(
@@ -210,16 +222,20 @@ class Follower:
             )
         return lines
 
-    def _prime(self, doc: dict[str, Any]) -> list[str]:
-        """Take in a running fleet's state and history without replaying it."""
+    def _prime(self, doc: dict[str, Any], stamp: str) -> list[str]:
+        """Join a running fleet: its residencies and transfers as they are now, and its
+        past events and rejections taken in without being replayed as news."""
         self.primed = True
-        self.follow(doc)  # a replay of everything, discarded
+        self._revisions(doc, stamp)
+        self._events(doc, stamp)
         revision = str((doc.get("desired") or {}).get("revision") or "none")[:19]
         hosts = len(doc.get("hosts") or [])
         earlier = len(doc.get("history") or [])
         return [
-            f"[{0.0:6.1f}s] watching: revision {revision} in force, {hosts} host(s); "
-            f"{earlier} earlier event(s) not replayed (`gridctl status` lists them)"
+            *self._states(doc, stamp),
+            *self._transfers(doc, stamp),
+            f"{stamp} watching: revision {revision} in force, {hosts} host(s); "
+            f"{earlier} earlier event(s) not replayed (`gridctl status` lists them)",
         ]
 
     def _revisions(self, doc: dict[str, Any], stamp: str) -> list[str]:

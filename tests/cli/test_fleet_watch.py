@@ -31,9 +31,10 @@ NEW = {"at": 99.0, "event": "drain_succeeded", "model_id": "m", "host_id": "loca
 
 def test_watch_primes_then_prints_only_new_events() -> None:
     follower = Follower(replay=False)
-    (first,) = follower.follow(document(OLD))
+    now, first = follower.follow(document(OLD))
     assert first.startswith("[   0.0s] watching: revision bbbbbbbbbbbbbbbbbbb in force, 1 host(s)")
     assert "1 earlier event(s) not replayed" in first
+    assert now.endswith("m on local-1: absent -> ready")  # the residencies as they are now
     assert follower.follow(document(OLD)) == []
     later = follower.follow(document([*OLD, NEW]))
     assert len(later) == 1 and "drain_succeeded: m on local-1" in later[0]
