@@ -119,10 +119,13 @@ def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def one_error_line(err: str) -> str:
+    """The one line of a refusal, checked for placeholders (every test here goes through
+    this, so every bad-input message is scanned)."""
     assert "Traceback" not in err, err
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1, err
     assert lines[0].startswith("error: "), err
+    no_placeholder(lines[0])
     return lines[0]
 
 
@@ -206,6 +209,7 @@ def test_real_processes_print_no_traceback(argv: list[str], tmp_path: Path) -> N
     assert result.returncode in (1, 2), result
     assert "Traceback" not in result.stderr, result.stderr
     assert result.stderr.strip(), result
+    no_placeholder(result.stderr)
 
 
 def test_forecast_reads_a_running_controllers_demand(
@@ -300,3 +304,19 @@ def test_bad_paths_and_yaml_name_what_without_placeholders(
     assert "Traceback" not in err and err.strip(), err
     no_placeholder(err)
     assert str(tmp_path) in err or "a.yaml" in err, err
+
+
+def test_status_and_dashboard_render_an_issue_without_placeholders() -> None:
+    """A YAML syntax error has no kind, name or pointer: the controller's status carries it
+    as JSON, and `status`, `dash` and `fleet watch` print it the way `validate` does."""
+    from gridctl.cli.status_cmd import issue_line
+    from gridctl.errors import ConfigIssue
+    from gridctl.tui.viewmodel import render_issue
+
+    syntax = {"file": "models/a.yaml", "line": 3, "column": 7, "message": "YAML syntax error"}
+    assert issue_line(syntax) == "models/a.yaml:3:7: YAML syntax error"
+    assert render_issue(syntax) == issue_line(syntax)
+    nowhere = ConfigIssue("nosuchdir", 0, 0, message="no such file or directory")
+    assert nowhere.render() == "nosuchdir: no such file or directory"
+    full = ConfigIssue("m.yaml", 4, 3, "ModelProfile", "g", "/spec/memory_mb", "not an integer")
+    assert full.render() == "m.yaml:4:3: ModelProfile/g: /spec/memory_mb: not an integer"
