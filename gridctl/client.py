@@ -49,6 +49,9 @@ def add_ca_file_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+REACHABLE_PROBE_SECONDS = 2.0
+
+
 class ControllerError(GridctlError):
     """The controller answered with an error, or could not be reached."""
 
@@ -135,33 +138,52 @@ class ControllerClient:
         if token is None:
             path = self.target.token_file
             fix = "pass --token-file or set GRIDCTL_TOKEN_FILE"
+            if self.target.token_from == "default" and self.target.context is None:
+                fix = (
+                    f"no context records {self.base_url}, so its operator token is unknown: "
+                    "pass --token-file with the operator.token that controller wrote"
+                )
             try:
                 token = read_operator_capability(path)
             except OSError as exc:
+                self._unreachable_first()
                 raise ControllerError(
                     f"cannot read the operator token file {path}: {exc.strerror or exc}; "
                     f"{fix} ({self.where()})"
                 ) from None
             except UnicodeDecodeError:
+                self._unreachable_first()
                 raise ControllerError(
                     f"the operator token file {path} is not text; {fix} ({self.where()})"
                 ) from None
             except CredentialError as exc:
+                self._unreachable_first()
                 raise ControllerError(f"{exc}; {fix} ({self.where()})") from None
         return {OPERATOR_TOKEN_HEADER: token}
+
+    def _unreachable_first(self) -> None:
+        """With no usable token, say first when there is no controller to send it to:
+        the token is the second problem (exit 2 like every unreachable controller)."""
+        try:
+            self._client.get("/healthz", timeout=REACHABLE_PROBE_SECONDS)
+        except httpx.HTTPError as exc:
+            raise self._unreachable(exc) from None
+
+    def _unreachable(self, exc: httpx.HTTPError) -> ControllerError:
+        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return ControllerError(
+            f"cannot reach the controller at {self.base_url}: {type(exc).__name__}: {detail}; "
+            "is it running? "
+            f"(`gridctl context ls` lists known fleets; {self.where()})",
+            unreachable=True,
+        )
 
     def _call(self, method: str, path: str, *, admin: bool = False, **kwargs: Any) -> Any:
         headers = self._operator_headers() if admin else {}
         try:
             response = self._client.request(method, path, headers=headers, **kwargs)
         except httpx.HTTPError as exc:
-            detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise ControllerError(
-                f"cannot reach the controller at {self.base_url}: {type(exc).__name__}: {detail}; "
-                "is it running? "
-                f"(`gridctl context ls` lists known fleets; {self.where()})",
-                unreachable=True,
-            ) from None
+            raise self._unreachable(exc) from None
         if response.status_code >= 400:
             try:
                 detail = response.json().get("error") or response.text

@@ -14,8 +14,9 @@ The file lives in the user's config directory (``$GRIDCTL_CONFIG_DIR``, else
 ``contexts.json``. It holds paths, never a secret.
 
 A token file recorded for one controller is only ever sent to that
-controller: when ``--controller`` names another URL, the context's token and
-CA are not used.
+controller: ``--controller`` naming the current context's controller (or the
+controller of exactly one other context, loopback spellings alike) keeps that
+context's token and CA; naming any other URL uses neither.
 """
 
 from __future__ import annotations
@@ -180,8 +181,31 @@ class Target:
         return f"{where}; controller {self.controller}; token file {self.token_file}"
 
 
+def _url_key(url: str) -> tuple[str, str, int, str]:
+    """What makes two spellings of one controller URL the same: scheme, host (loopback
+    names as one), port (the scheme's default when absent) and path."""
+    parsed = urlparse(url.strip())
+    host = (parsed.hostname or "").strip("[]").lower()
+    if host in ("localhost", "::1") or host.startswith("127."):
+        host = "loopback"
+    try:
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    except ValueError:
+        port = -1
+    return parsed.scheme.lower(), host, port, parsed.path.rstrip("/")
+
+
 def _same_url(a: str, b: str) -> bool:
-    return a.rstrip("/") == b.rstrip("/")
+    return a.rstrip("/") == b.rstrip("/") or _url_key(a) == _url_key(b)
+
+
+def context_for_url(url: str, current: Context | None) -> Context | None:
+    """The context recorded for the controller at ``url``: the current one when it is that
+    controller, else the only other context that is (several: none, as ambiguous)."""
+    if current is not None and _same_url(current.controller, url):
+        return current
+    matching = [c for c in load().contexts.values() if _same_url(c.controller, url)]
+    return matching[0] if len(matching) == 1 else None
 
 
 def resolve(
@@ -201,7 +225,7 @@ def resolve(
     else:
         url, url_from = DEFAULT_CONTROLLER, "default"
     url = url.rstrip("/")
-    ours = context if context is not None and _same_url(context.controller, url) else None
+    ours = context_for_url(url, context)
     env_token = os.environ.get("GRIDCTL_TOKEN_FILE")
     if token_file is not None:
         token, token_from = Path(token_file), "--token-file"

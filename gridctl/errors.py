@@ -13,7 +13,9 @@ exceptions are translated at the boundary that sees them, with ``raise ... from`
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 
 class GridctlError(Exception):
@@ -38,9 +40,9 @@ class ConfigIssue:
     severity: str = field(default="error", compare=False)
 
     def render(self) -> str:
-        subject = f"{self.kind or '?'}/{self.name or '?'}"
-        pointer = self.pointer or "/"
-        return f"{self.file}:{self.line}:{self.column}: {subject}: {pointer}: {self.message}"
+        return issue_text(
+            self.file, self.line, self.column, self.kind, self.name, self.pointer, self.message
+        )
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -52,6 +54,38 @@ class ConfigIssue:
             "pointer": self.pointer,
             "message": self.message,
         }
+
+
+def issue_text(
+    file: str, line: int, column: int, kind: str, name: str, pointer: str, message: str
+) -> str:
+    """``FILE:LINE:COL: KIND/NAME: POINTER: message``, each part shown only when known:
+    no ``?`` for an unknown document, no ``0:0`` for an unknown position, no ``/`` for
+    the whole document."""
+    where = file
+    if file and line > 0:
+        where += f":{line}:{column}" if column > 0 else f":{line}"
+    subject = f"{kind}/{name}" if kind and name else kind or name
+    parts = [p for p in (where, subject, pointer if pointer not in ("", "/") else "") if p]
+    return ": ".join([*parts, message or "invalid"])
+
+
+def issue_json_text(issue: Mapping[str, Any]) -> str:
+    """``issue_text`` of an issue's JSON form (``ConfigIssue.as_json``), as status carries it."""
+
+    def number(key: str) -> int:
+        value = issue.get(key)
+        return value if isinstance(value, int) else 0
+
+    return issue_text(
+        str(issue.get("file") or ""),
+        number("line"),
+        number("column"),
+        str(issue.get("kind") or ""),
+        str(issue.get("name") or ""),
+        str(issue.get("pointer") or ""),
+        str(issue.get("message") or ""),
+    )
 
 
 class ConfigError(GridctlError):
@@ -70,7 +104,7 @@ class WireError(GridctlError):
 
     def __init__(self, message: str, pointer: str = ""):
         self.pointer = pointer
-        super().__init__(f"{pointer or '/'}: {message}")
+        super().__init__(f"{pointer}: {message}" if pointer and pointer != "/" else message)
 
 
 class FenceError(GridctlError):

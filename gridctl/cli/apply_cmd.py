@@ -1,11 +1,13 @@
 """``gridctl apply``: execute exactly a saved plan, or refuse; or dry-run a directory.
 
 ``gridctl apply PLAN.json`` posts the plan made by ``gridctl plan --out`` to
-``POST /allocator/apply``. The controller runs its dry run again: if any input
-the plan depended on moved, or the actions it would take differ from the
-plan's, it answers 409 "stale plan" naming what moved, and this command prints
-that and exits 1. Otherwise, in recommend mode exactly the plan's action ids
-become executable (through every safety gate; nothing else is issued), and in
+``POST /allocator/apply``. The controller re-plans on its current inputs: if
+the actions it would take differ from the plan's, it answers 409 ``stale plan:``
+naming each added, removed or changed action and the inputs that moved, and
+this command prints that and exits 1; drift that changes no action is printed
+as a note. Otherwise, in recommend mode exactly the plan's action ids become
+executable (through every safety gate; nothing else is issued) until they have
+run, been superseded or been withdrawn with ``gridctl apply --cancel``; in
 automatic mode the plan's revision is pinned as the one in force.
 
 ``gridctl apply DIR --dry-run`` asks the controller what its next tick would do
@@ -28,6 +30,7 @@ from gridctl.client import (
     default_controller_url,
 )
 from gridctl.controller.applying import PLAN_FORMAT
+from gridctl.controller.staleness import STALE
 from gridctl.domain import Mode
 from gridctl.errors import WireError
 
@@ -38,15 +41,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "apply",
         help="execute exactly a saved plan (refused when stale), or --dry-run a directory",
-        description="Submit PLAN.json (from `gridctl plan --out`) to the controller. It is "
-        "applied only if every input the plan depended on (revision, policy, mode, hosts, "
-        "residencies, demand, pending work, history, memory, learned timings, telemetry) "
-        "still matches and the controller would take exactly the plan's actions; otherwise "
-        "it refuses with 'stale plan' and names what moved. In recommend mode exactly the "
-        "plan's action ids become executable. With DIR and --dry-run, print what the "
-        "controller's next tick would do with DIR.",
+        description="Submit PLAN.json (from `gridctl plan --out`) to the controller. It "
+        "re-plans on its current inputs (revision, policy, mode, hosts, residencies, demand, "
+        "pending work, history, memory, learned timings, telemetry) and applies the plan "
+        "while it would take exactly the plan's actions: inputs that drifted without "
+        "changing an action are reported as notes; otherwise it refuses with 'stale plan:', "
+        "names each changed action and what moved, and you plan again. In recommend mode "
+        "exactly the plan's action ids become executable until they have run (--cancel "
+        "withdraws them). With DIR and --dry-run, print what the controller's next tick "
+        "would do with DIR.",
     )
-    parser.add_argument("target", metavar="PLAN.json|DIR", help="saved plan, or DIR with --dry-run")
+    parser.add_argument(
+        "target",
+        nargs="?",
+        metavar="PLAN.json|DIR",
+        help="saved plan, or DIR with --dry-run (none with --cancel)",
+    )
     parser.add_argument(
         "--controller",
         metavar="URL",
@@ -63,11 +73,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--dry-run", action="store_true", help="with DIR: print the actions, change nothing"
     )
+    parser.add_argument(
+        "--cancel",
+        action="store_true",
+        help="withdraw the plan applied in recommend mode: its actions not yet delivered "
+        "become proposals again",
+    )
     parser.add_argument("--json", action="store_true", help="print the controller's answer")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.cancel:
+        if args.target is not None or args.dry_run:
+            print("error: --cancel takes no PLAN.json|DIR and no --dry-run", file=sys.stderr)
+            return 1
+        return cancel(args)
+    if args.target is None:
+        print("error: PLAN.json|DIR is required (or --cancel)", file=sys.stderr)
+        return 1
     target = Path(args.target)
     if args.dry_run:
         return dry_run(args)
@@ -102,6 +126,24 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cancel(args: argparse.Namespace) -> int:
+    """Withdraw the applied plan's approval (``POST /allocator/apply {"cancel": true}``)."""
+    with ControllerClient(
+        args.controller or default_controller_url(),
+        token_file=args.token_file,
+        ca_file=getattr(args, "ca_file", None),
+    ) as client:
+        try:
+            answer = client.call_admin("POST", "/allocator/apply", json={"cancel": True})
+        except ControllerError as exc:
+            return refused(exc)
+    if args.json:
+        print(json.dumps(answer, indent=2))
+    else:
+        print(answer.get("message") or "cancelled")
+    return 0
+
+
 def read_plan(path: Path) -> dict[str, Any]:
     try:
         if path.stat().st_size > MAX_PLAN_BYTES:
@@ -117,9 +159,12 @@ def read_plan(path: Path) -> dict[str, Any]:
 
 
 def refused(exc: ControllerError) -> int:
-    """Print a refusal; a stale plan's message already lists what moved, one input a line."""
-    print(f"error: {exc}", file=sys.stderr)
-    return 1
+    """Print a refusal; a stale plan's message already names each changed action and what
+    moved, one a line. Exit 2 when the controller could not be reached, else 1."""
+    text = str(exc)
+    start = text.find(STALE) if exc.status == 409 else -1
+    print(f"error: {text[start:] if start >= 0 else text}", file=sys.stderr)
+    return exc.exit_code
 
 
 def print_applied(answer: dict[str, Any], saved: dict[str, Any]) -> None:
@@ -128,6 +173,8 @@ def print_applied(answer: dict[str, Any], saved: dict[str, Any]) -> None:
         f"applied revision {str(answer.get('revision'))[:12]} "
         f"(inputs {str(answer.get('inputs_digest'))[:12]}); controller mode {mode}"
     )
+    for note in answer.get("notes") or []:
+        print(f"  note: {note}")
     if answer.get("refused_automatic"):
         print(f"  {answer['refused_automatic']}")
     for row in [*answer.get("actions", []), *answer.get("deferred", [])]:
@@ -158,7 +205,9 @@ def dry_run(args: argparse.Namespace) -> int:
     url = args.controller or default_controller_url()
     try:
         document = plan_cmd.remote_dry_run(url, args.token_file, desired, args.target)
-    except (WireError, ControllerError) as exc:
+    except ControllerError as exc:
+        return refused(exc)
+    except WireError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     if args.json:

@@ -214,7 +214,7 @@ def run_join_token(args: argparse.Namespace) -> int:
             identity.membership.close()
     except (ControllerError, GridctlError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return int(getattr(exc, "exit_code", 1))
     write_secret_file(out, json.dumps(bundle, indent=2, sort_keys=True) + "\n")
     expires = datetime.fromtimestamp(float(bundle["expires_at"]), tz=UTC).isoformat(
         timespec="seconds"

@@ -10,14 +10,19 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from gridctl import contexts
 from gridctl.client import add_ca_file_argument
+from gridctl.errors import GridctlError
 from gridctl.transport import verify_setting
+
+KEY_ENV = "GRIDCTL_ROUTER_KEY"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -29,12 +34,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     parser.add_argument("prompt", help="the message to send")
     parser.add_argument(
-        "-m", "--model", required=True, help="model id (see GET /v1/models), or auto"
+        "-m",
+        "--model",
+        default="auto",
+        help="model id (see GET /v1/models); default auto: the model that serves the "
+        "message's workload",
     )
     parser.add_argument(
         "--controller", metavar="URL", help="controller base URL (default: the current context)"
     )
     add_ca_file_argument(parser)
+    parser.add_argument(
+        "--api-key-file",
+        type=Path,
+        metavar="FILE",
+        help=f"a router API key (`gridctl token router create`) for a fleet that requires "
+        f"one (default ${KEY_ENV}, else none)",
+    )
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--stream", action="store_true", help="print tokens as they arrive")
     parser.add_argument("--json", action="store_true", help="print the whole completion")
@@ -42,9 +58,24 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.set_defaults(func=run)
 
 
+def router_key(path: Path | None) -> str | None:
+    """The router API key from ``--api-key-file``, else ``$GRIDCTL_ROUTER_KEY``, else None."""
+    if path is None:
+        return os.environ.get(KEY_ENV) or None
+    try:
+        key = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GridctlError(f"--api-key-file {path}: cannot read the router key: {exc}") from None
+    if not key:
+        raise GridctlError(f"--api-key-file {path}: the file is empty")
+    return key
+
+
 def run(args: argparse.Namespace) -> int:
     target = contexts.resolve(args.controller, None, args.ca_file)
     url = target.controller + "/v1/chat/completions"
+    key = router_key(args.api_key_file)
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
     body = {
         "model": args.model,
         "messages": [{"role": "user", "content": args.prompt}],
@@ -53,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     }
     try:
         verify = verify_setting(target.controller, target.ca_file)
-        with httpx.Client(timeout=args.timeout, verify=verify) as client:
+        with httpx.Client(timeout=args.timeout, verify=verify, headers=headers) as client:
             if not body["stream"]:
                 response = client.post(url, json=body)
                 if response.status_code != 200:

@@ -66,7 +66,28 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.set_defaults(func=run)
 
 
+def terminal_problem() -> str | None:
+    """Why the dashboard cannot draw here, or None. Without a terminal on both ends
+    Textual has no input to wait on and spins a core: refuse before importing it."""
+    for name, stream in (("standard input", sys.stdin), ("standard output", sys.stdout)):
+        try:
+            attached = stream is not None and stream.isatty()
+        except (ValueError, OSError):  # closed or detached
+            attached = False
+        if not attached:
+            return (
+                f"{name} is not a terminal; the dashboard needs one (for plain text use "
+                "`gridctl status`, `gridctl fleet watch` or `gridctl dash --from-file` in a "
+                "terminal)"
+            )
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
+    problem = terminal_problem()
+    if problem is not None:
+        print(f"gridctl dash: {problem}", file=sys.stderr)
+        return 2
     from gridctl.tui.app import build_app
 
     if args.refresh is not None and args.refresh < 0:

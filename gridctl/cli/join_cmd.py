@@ -50,6 +50,6 @@ def run(args: argparse.Namespace) -> int:
             client.call_admin("PUT", f"/allocator/external/{name}", json=body)
     except ControllerError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return exc.exit_code
     print(f"registered {args.model} at {args.at} as external inventory {name} (never actuated)")
     return 0

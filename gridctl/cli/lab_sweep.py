@@ -70,7 +70,8 @@ def add_graduate(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         description=(
             "Run every strategy on each (fleet size, seed) cell, print the per-cell table and "
             "the gates. Exit 0 when every gate passes, 1 naming the failing gates otherwise, "
-            "2 on a bad option."
+            "2 on a bad option. The gates are calibrated on runs of at least 2h of simulated "
+            "time (--duration 2h); shorter runs see too few requests to pass them."
         ),
     )
     add_world_options(grad)

@@ -81,8 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error_text(exc)}", file=sys.stderr)
         return int(getattr(exc, "exit_code", 1))
     except OSError as exc:
-        where = f" {exc.filename}" if exc.filename else ""
-        print(f"error:{where}: {exc.strerror or exc}", file=sys.stderr)
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 1
 
 

@@ -9,7 +9,8 @@ memory (no previous revision, so no tombstones). The diff shows ``+`` place,
 ``-`` destroy (drain/unload, with why: ``profile removed``), ``-/+`` replace
 (a preemption), ``!`` unsatisfied, then every action with its state or the rule
 holding it. ``--explain MODEL`` shows every host considered for MODEL.
-``--out PLAN.json`` saves the plan with its inputs for ``gridctl apply``.
+``--out PLAN.json`` saves the plan with its inputs for ``gridctl apply``; the
+header's ``inputs`` digest is the one the file and ``gridctl apply`` name.
 ``--detailed-exitcode``: 0 no changes, 2 changes (any place, destroy, replace,
 held or pending action), 1 error.
 """
@@ -44,7 +45,8 @@ def add_observation_args(parser: argparse.ArgumentParser, *, required: bool) -> 
         required=required,
         metavar="URL|SNAPSHOT",
         help="a controller URL (a server-side dry run of its own tick; operator token "
-        "needed) or a fleet snapshot JSON file (the same decision with an empty memory)",
+        "needed) or a fleet snapshot JSON file (the same decision with an empty memory); "
+        "default: the current context's controller",
     )
     parser.add_argument(
         "--token-file",
@@ -76,7 +78,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="DIR",
         help=f"desired-state directory or YAML file (default: {DEFAULT_DIRECTORY})",
     )
-    add_observation_args(parser, required=True)
+    add_observation_args(parser, required=False)
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     parser.add_argument(  # demand learned from request observations, with a joint portfolio
         "--observations",
@@ -161,7 +163,6 @@ def offline_dry_run(
     started = time.perf_counter()
     document = offline_document(desired, snapshot)
     document["timings"] = {"plan_ms": round((time.perf_counter() - started) * 1000.0, 3)}
-    document["inputs"] = None  # a snapshot file is not a controller's live inputs
     return document, portfolio
 
 
@@ -178,7 +179,8 @@ def saved_plan(document: dict[str, Any], directory: str, against: str) -> dict[s
             "files": desired_files(directory),
         },
         "mode": document["mode"],
-        "inputs": document["inputs"],
+        # a snapshot file is not a controller's live inputs: such a plan cannot be applied
+        "inputs": document["inputs"] if is_url(against) else None,
         "changes": document["changes"],
         "plan": document["plan"],
         "actions": document["actions"],
@@ -189,6 +191,8 @@ def saved_plan(document: dict[str, Any], directory: str, against: str) -> dict[s
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.against is None:  # the fleet the context (or $GRIDCTL_CONTROLLER) names
+        args.against = default_controller_url()
     desired = load_desired(args.directory)
     if desired is None:
         return 1
@@ -210,11 +214,15 @@ def run(args: argparse.Namespace) -> int:
             document["timings"] = {"plan_ms": round((time.perf_counter() - started) * 1000, 3)}
         else:
             document, portfolio = offline_dry_run(desired, args.against, args.observations)
-    except (WireError, ControllerError) as exc:
-        print(f"error: {args.against}: {exc}", file=sys.stderr)
+    except ControllerError as exc:  # names the controller already; 2 when unreachable
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except WireError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:
-        print(f"error: {args.observations}: {exc}", file=sys.stderr)
+        where = exc.filename or args.observations or args.against
+        print(f"error: {where}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     if args.out is not None:
         plan = saved_plan(document, args.directory, args.against)
@@ -222,7 +230,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         shown = {**document["plan"], **{k: v for k, v in document.items() if k != "plan"}}
         if args.explain:
-            shown["explanations"] = {args.explain: shown["explanations"][args.explain]}
+            shown["explanations"] = {args.explain: shown["explanations"].get(args.explain)}
         if portfolio is not None:
             shown["portfolio"] = portfolio_to_json(portfolio)
         print(json.dumps(shown, indent=2, sort_keys=True))
@@ -231,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
         if portfolio is not None:
             print_portfolio(portfolio)
         if args.explain:
-            print_explanation(args.explain, document["plan"]["explanations"][args.explain])
+            print_explanation(args.explain, document["plan"]["explanations"].get(args.explain))
         if args.out is not None:
             print_apply_hint(args.out, args.against, document)
     if args.detailed_exitcode:
@@ -251,9 +259,9 @@ def print_apply_hint(out: Path, against: str, document: dict[str, Any]) -> None:
         print(f"Apply exactly it with:\n  gridctl apply {out}{flag}")
         return
     print(
-        f"This controller follows its {source} source: `gridctl apply {out}{flag}` is accepted "
-        "only while the plan's revision is the one in force (commit the change, let the "
-        "controller sync, then plan and apply to approve its actions)."
+        f"This controller follows its {source} source: `gridctl apply {out}{flag}` approves "
+        "these actions while its revision in force would take exactly them (commit a change "
+        "first, let the controller sync, then plan and apply)."
     )
 
 
@@ -289,7 +297,9 @@ def print_diff(document: dict[str, Any]) -> None:
     placing = [a for a in plan["assignments"] if not a["existing"]]
     kept = len(plan["assignments"]) - len(placing)
     ms = (document.get("timings") or {}).get("plan_ms", 0.0)
-    print(f"gridctl plan: input {plan['input_digest'][:12]}, planned in {ms:.1f} ms")
+    inputs = document.get("inputs") or {}
+    digest = str(inputs.get("digest") or plan["input_digest"])
+    print(f"gridctl plan: inputs {digest[:12]}, planned in {ms:.1f} ms")
     print(f"{kept} replica(s) already in place.")
     destroys, replacements = document["destroys"], document["replacements"]
     if placing or destroys or replacements or plan["unsatisfied"]:
@@ -318,17 +328,41 @@ def print_diff(document: dict[str, Any]) -> None:
     )
 
 
-def print_explanation(model: str, explanation: dict[str, Any]) -> None:
+def explanation_lines(model: str, explanation: dict[str, Any] | None) -> list[str]:
+    """``--explain MODEL``'s lines for every state of a model: hosts rejected, scored,
+    chosen without a search (incumbents already meeting the target), staged (a
+    preemption or repack placed after release) or never evaluated."""
+    if explanation is None:
+        return [f"Explain {model}: the plan holds no host rows for it (not placed by this plan)"]
+    demand_class = explanation.get("demand_class") or "none"
+    lines = [
+        f"Explain {model}: target {explanation.get('target_replicas', 0)} "
+        f"({explanation.get('target_reason') or 'no reason recorded'}); class {demand_class}"
+    ]
+    for c in explanation.get("candidates") or []:
+        lines.append(_candidate_line(c))
+    if len(lines) == 1:
+        lines.append("  no host considered: the fleet has no hosts")
+    return lines
+
+
+def _candidate_line(c: dict[str, Any]) -> str:
+    mark = "*" if c.get("chosen") else " "
+    host, detail = c.get("host_id"), c.get("detail") or ""
+    if c.get("rejection") is not None:
+        return f"  {mark} {host}: rejected {c['rejection']}: {detail or 'no detail recorded'}"
+    score = c.get("score")
+    if score is None:  # never ranked: the incumbents already met the target
+        detail = detail.removeprefix("eligible; not scored: ")
+    note = f" [{detail}]" if detail else ""
+    if score is None:
+        state = "holds a replica, not scored" if c.get("chosen") else "eligible, not scored"
+        return f"  {mark} {host}: {state}{note}"
+    parts = ", ".join(f"{name} {value:+g}" for name, value in (c.get("components") or {}).items())
+    return f"  {mark} {host}: score {score:g} ({parts or 'no parts'}){note}"
+
+
+def print_explanation(model: str, explanation: dict[str, Any] | None) -> None:
     print()
-    print(
-        f"Explain {model}: target {explanation['target_replicas']} "
-        f"({explanation['target_reason']}); class {explanation['demand_class'] or 'none'}"
-    )
-    for c in explanation["candidates"]:
-        mark = "*" if c["chosen"] else " "
-        if c["rejection"] is not None:
-            print(f"  {mark} {c['host_id']}: rejected {c['rejection']}: {c['detail']}")
-            continue
-        parts = ", ".join(f"{name} {value:+g}" for name, value in c["components"].items())
-        note = f" [{c['detail']}]" if c["detail"] else ""
-        print(f"  {mark} {c['host_id']}: score {c['score']:g} ({parts}){note}")
+    for line in explanation_lines(model, explanation):
+        print(line)

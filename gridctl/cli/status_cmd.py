@@ -17,6 +17,7 @@ from gridctl.cli.diff_cmd import drift_report
 from gridctl.cli.drain_check import stuck_replicas
 from gridctl.cli.reasons import explain
 from gridctl.client import ControllerClient, ControllerError, add_ca_file_argument
+from gridctl.errors import issue_json_text
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -107,11 +108,7 @@ def source_lines(desired: dict[str, Any]) -> list[str]:
 
 def issue_line(issue: dict[str, Any]) -> str:
     """``FILE:LINE:COL: Kind/name: /pointer: message``, as `gridctl validate` prints."""
-    return (
-        f"{issue.get('file') or '?'}:{issue.get('line') or 0}:{issue.get('column') or 0}: "
-        f"{issue.get('kind') or '?'}/{issue.get('name') or '?'}: {issue.get('pointer') or '/'}: "
-        f"{issue.get('message')}"
-    )
+    return issue_json_text(issue)
 
 
 def rejection_lines(desired: dict[str, Any]) -> list[str]:

@@ -163,7 +163,11 @@ def _announce(run: FleetRun) -> None:
 class Follower:
     """Prints residency transitions and command outcomes from successive status documents."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, replay: bool = True) -> None:
+        # replay=False (``fleet watch`` joining a running fleet): the first document only
+        # primes what was seen, so old events are not printed as if they happened now
+        self.replay = replay
+        self.primed = False
         self.transfer_marks: dict[tuple[str, str], int] = {}
         self.states: dict[tuple[str, str], str] = {}
         self.seen_events: set[tuple[float, str, str]] = set()
@@ -172,8 +176,19 @@ class Follower:
         self.rejected_seen: set[tuple[str, float]] = set()
 
     def follow(self, doc: dict[str, Any]) -> list[str]:
-        lines: list[str] = []
         stamp = f"[{time.monotonic() - self.started:6.1f}s]"
+        if not self.replay and not self.primed:
+            return self._prime(doc, stamp)
+        return [
+            *self._states(doc, stamp),
+            *self._revisions(doc, stamp),
+            *self._transfers(doc, stamp),
+            *self._events(doc, stamp),
+        ]
+
+    def _states(self, doc: dict[str, Any], stamp: str) -> list[str]:
+        """A line per residency whose state changed (every one, the first time)."""
+        lines = []
         current: dict[tuple[str, str], str] = {}
         for host in doc.get("hosts", []):
             for r in host["residencies"]:
@@ -183,9 +198,12 @@ class Follower:
             before, after = self.states.get(key), current.get(key, "gone")
             if before != after and not (before is None and after == "gone"):
                 lines.append(f"{stamp} {key[1]} on {key[0]}: {before or 'absent'} -> {after}")
-        self.states = {k: v for k, v in current.items()}
-        lines.extend(self._revisions(doc, stamp))
-        lines.extend(self._transfers(doc, stamp))
+        self.states = dict(current)
+        return lines
+
+    def _events(self, doc: dict[str, Any], stamp: str) -> list[str]:
+        """Command outcomes and retirements not printed before."""
+        lines = []
         for event in doc.get("history", []):
             name = event.get("event", "")
             if not any(
@@ -203,6 +221,22 @@ class Follower:
                 f"{event.get('message') or ''}".rstrip()
             )
         return lines
+
+    def _prime(self, doc: dict[str, Any], stamp: str) -> list[str]:
+        """Join a running fleet: its residencies and transfers as they are now, and its
+        past events and rejections taken in without being replayed as news."""
+        self.primed = True
+        self._revisions(doc, stamp)
+        self._events(doc, stamp)
+        revision = str((doc.get("desired") or {}).get("revision") or "none")[:19]
+        hosts = len(doc.get("hosts") or [])
+        earlier = len(doc.get("history") or [])
+        return [
+            *self._states(doc, stamp),
+            *self._transfers(doc, stamp),
+            f"{stamp} watching: revision {revision} in force, {hosts} host(s); "
+            f"{earlier} earlier event(s) not replayed (`gridctl status` lists them)",
+        ]
 
     def _revisions(self, doc: dict[str, Any], stamp: str) -> list[str]:
         """A line when a new revision is in force; the errors of each rejected one."""
@@ -258,9 +292,13 @@ def transfer_line(host_id: str, t: dict[str, Any]) -> str:
 
 
 def _follow_until(
-    client: ControllerClient, stop: list[bool], interval: float = 1.0, run: FleetRun | None = None
+    client: ControllerClient,
+    stop: list[bool],
+    interval: float = 1.0,
+    run: FleetRun | None = None,
+    follower: Follower | None = None,
 ) -> None:
-    follower = Follower()
+    follower = follower or Follower()
     while not stop[0]:
         try:
             for line in follower.follow(client.status()):
@@ -333,7 +371,15 @@ def run_fleet_up(args: argparse.Namespace) -> int:
 
 
 def _existing(args: argparse.Namespace) -> FleetRun | None:
-    root = args.state_dir or default_state_root() / "up"
+    """The fleet of ``--state-dir``, else of the current context, else the default one."""
+    root = args.state_dir
+    if root is None:
+        try:
+            context = contexts.current_context()
+        except contexts.ContextError:
+            context = None
+        recorded = context.state_root if context is not None else None
+        root = Path(recorded) if recorded else default_state_root() / "up"
     run = load_run(Path(root))
     if run is None:
         print(f"no fleet recorded under {root}", file=sys.stderr)
@@ -381,7 +427,7 @@ def run_fleet_watch(args: argparse.Namespace) -> int:
     stop = [False]
     signal.signal(signal.SIGINT, lambda *_: stop.__setitem__(0, True))
     with ControllerClient(run.base_url, token_file=run.token_file) as client:
-        _follow_until(client, stop)
+        _follow_until(client, stop, follower=Follower(replay=False))
     print("stopped watching; the fleet keeps running")
     return 0
 

@@ -50,8 +50,10 @@ def run(args: argparse.Namespace) -> int:
             f"{report.path}: valid, {report.documents} documents, revision {report.revision}{dirty}"
         )
         return 0
-    print(
-        f"{report.path}: invalid, {len(report.errors)} error(s) in {report.documents} documents",
-        file=sys.stderr,
-    )
+    if report.documents:  # a path that holds no document was already named above
+        print(
+            f"{report.path}: invalid, {len(report.errors)} error(s) in {report.documents} "
+            "documents",
+            file=sys.stderr,
+        )
     return 1

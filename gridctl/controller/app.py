@@ -20,6 +20,7 @@ from starlette.routing import Route
 from gridctl.bodies import parse_json, read_bounded
 from gridctl.controller.applying import (
     applied_summary,
+    cancel_applied_plan,
     candidate_from_body,
     check_saved_plan,
     dry_run_document,
@@ -224,9 +225,14 @@ class ControllerApp:
         return JSONResponse(await asyncio.to_thread(plan_inputs_document, self.ctl))
 
     async def apply(self, request: Request) -> Response:
-        """Apply a saved plan if its inputs still hold (409 "stale plan" naming what moved)."""
+        """Apply a saved plan if its actions still hold (409 "stale plan: ..." naming what
+        changed), or withdraw the applied one (``{"cancel": true}``)."""
         require_operator(request, self.operator_token)
         body = await read_json(request)
+        if isinstance(body, dict) and body.get("cancel") is True and "format" not in body:
+            cancelled = await asyncio.to_thread(cancel_applied_plan, self.ctl)
+            await asyncio.to_thread(self.ctl.tick)
+            return JSONResponse(cancelled)
         status, answer = await asyncio.to_thread(check_saved_plan, self.ctl, body)
         if status != 200:
             return JSONResponse(answer, status_code=status)

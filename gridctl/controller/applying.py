@@ -4,16 +4,19 @@ A saved plan carries the candidate desired state, the actions the controller's
 dry run returned for it, and that dry run's inputs (``gridctl.controller.
 previewing``: readable lines and a digest per input, everything the tick reads
 but the clock). ``POST /allocator/apply`` runs the same dry run again on the
-live inputs: when any input moved, or the actions it would take differ, the
-whole apply is refused as stale and what moved is named, Terraform-style.
+live inputs and compares decisions, not numbers (``gridctl.controller.
+staleness``): when the actions it would take differ, the apply is refused as
+``stale plan:`` naming each changed action and the inputs that moved under
+it; drift that changes no action is accepted with a note.
 
 Otherwise, in recommend mode the plan's action ids — and nothing else — become
 executable (the tick decides them as in automatic mode, through every safety
 gate and the governor; every other proposal stays held as
-``not_in_applied_plan``); in automatic mode the plan's revision is pinned as
-the one in force (adopted by a controller without a watched source; for a git
-source it must already be the commit in force). Applying never issues a
-command itself: the tick that follows does.
+``not_in_applied_plan``) until they have run, been superseded or been
+cancelled (``gridctl.controller.appliedplans``); in automatic mode the plan's
+revision is pinned as the one in force (adopted by a controller without a
+watched source; a watched source keeps its own revision). Applying never
+issues a command itself: the tick that follows does.
 """
 
 from __future__ import annotations
@@ -28,20 +31,26 @@ from gridctl.config.loading import YAML_SUFFIXES
 from gridctl.config.revision import content_digest
 from gridctl.config.schemas import fill_defaults
 from gridctl.config.yamlsource import parse_yaml
-from gridctl.controller.control import APPLIED_PLAN_KEY
+from gridctl.controller.appliedplans import APPLIED_PLAN_KEY, AppliedPlan, applied_plan
 from gridctl.controller.desired import ApiDesired
 from gridctl.controller.snapshotting import snapshot_document
+from gridctl.controller.staleness import (
+    STALE,
+    action_changes,
+    drift_notes,
+    moved_inputs,
+    stale_message,
+)
 from gridctl.domain import DesiredState, Mode
 from gridctl.errors import WireError
 from gridctl.reconcile import PendingAction, action_to_json
 from gridctl.reconcile.records import HistoryEntry
-from gridctl.tick.previewing import INPUT_NAMES, action_signature, outcome_document
+from gridctl.tick.previewing import outcome_document
 
 if TYPE_CHECKING:
     from gridctl.controller.control import Controller
 
 PLAN_FORMAT = "gridctl.plan/v1"
-MAX_MOVED_ITEMS = 6
 MAX_FILES = 512
 
 
@@ -75,34 +84,6 @@ def _history_row(entry: HistoryEntry) -> dict[str, Any]:
         "observed_at": entry.observed_at,
         "acknowledged": entry.acknowledged,
     }
-
-
-def moved_inputs(recorded: dict[str, Any], current: dict[str, Any]) -> list[dict[str, Any]]:
-    """What moved between two ``inputs`` blocks, input by input, with a few lines each."""
-    moved = []
-    old_lines = recorded.get("lines") or {}
-    for name in INPUT_NAMES:
-        if (recorded.get("digests") or {}).get(name) == current["digests"][name]:
-            continue
-        before = set(old_lines.get(name) or [])
-        after = set(current["lines"][name])
-        moved.append(
-            {
-                "input": name,
-                "added": sorted(after - before)[:MAX_MOVED_ITEMS],
-                "removed": sorted(before - after)[:MAX_MOVED_ITEMS],
-            }
-        )
-    return moved
-
-
-def describe_moved(moved: list[dict[str, Any]]) -> list[str]:
-    """One line per moved input: ``residencies: +local-1/gemma ready ...; -...``."""
-    out = []
-    for row in moved:
-        parts = [f"+{x}" for x in row.get("added", [])] + [f"-{x}" for x in row.get("removed", [])]
-        out.append(f"{row['input']}: {'; '.join(parts) or 'changed'}")
-    return out
 
 
 def dry_run_document(ctl: Controller, candidate: DesiredState | None = None) -> dict[str, Any]:
@@ -181,7 +162,8 @@ def desired_from_files(
         report = check_directory(root)
     if report.state is None:
         first = report.errors[0] if report.errors else None
-        raise WireError(f"the plan's desired state is invalid: {first.message if first else '?'}")
+        problem = first.render() if first else "no document could be loaded"
+        raise WireError(f"the plan's desired state is invalid: {problem}")
     profiles: dict[str, dict[str, Any]] = {}
     for name, text in sorted(files.items()):
         documents, _ = parse_yaml(text, name)
@@ -218,82 +200,113 @@ def _plan_fields(body: Any) -> tuple[dict[str, Any], dict[str, Any], list[dict[s
 
 
 def check_saved_plan(ctl: Controller, body: Any) -> tuple[int, dict[str, Any]]:
-    """Accept (200) or refuse (409 stale / not applicable) a saved plan.
+    """Accept (200) or refuse (409 ``stale plan: ...``) a saved plan.
 
-    The caller runs a tick afterwards; nothing here issues a command.
+    The controller re-plans on its current inputs; the plan is accepted while
+    that re-plan takes exactly its actions, whatever else drifted (reported as
+    notes). The caller runs a tick afterwards; nothing here issues a command.
     """
     desired, recorded, actions = _plan_fields(body)
     if not recorded.get("digests"):
         return 409, _refusal(
-            "the plan was made against a snapshot file, not this controller; "
+            f"{STALE} it was made against a snapshot file, not this controller; "
             "plan again with --against the controller URL"
         )
     source = ctl.desired
     revision = desired["revision"]
     documents: dict[str, dict[str, Any]] = {}
+    revision_note = ""
     if isinstance(source, ApiDesired):
         files = _checked_files(desired.get("files"))
         candidate, documents = desired_from_files(files, revision, bool(desired.get("dirty")))
     else:
         in_force = ctl.current_desired()
-        if in_force is None or in_force.revision != revision:
-            where = source.status().get("repository") or source.status().get("directory")
+        if in_force is None:
             return 409, _refusal(
-                f"this controller follows {where}; revision "
-                f"{in_force.revision if in_force else 'none'} is in force and the plan is for "
-                f"{revision}: commit the change there and let the controller sync"
+                f"{STALE} this controller holds no valid desired state yet; plan again once "
+                "it has synced"
+            )
+        if in_force.revision != revision:
+            revision_note = (
+                f"revision {in_force.revision[:12]} is in force (the plan was made for "
+                f"{revision[:12]}) and "
             )
         candidate = in_force
     now = dry_run_document(ctl, candidate)
     moved = moved_inputs(recorded, now["inputs"])
-    if moved:
-        names = ", ".join(row["input"] for row in moved)
-        lines = "".join(f"\n  moved {line}" for line in describe_moved(moved))
-        return 409, _refusal(
-            f"stale plan: {names} moved since it was made; plan again{lines}", moved=moved
-        )
     saved_rows = [r for r in [*actions, *(body.get("deferred") or [])] if isinstance(r, dict)]
-    ours, theirs = (
-        set(action_signature([*now["actions"], *now["deferred"]])),
-        set(action_signature(saved_rows)),
-    )
-    if ours != theirs:
-        diff = [f"+{' '.join(map(str, r[:4]))}" for r in sorted(ours - theirs)] + [
-            f"-{' '.join(map(str, r[:4]))}" for r in sorted(theirs - ours)
-        ]
+    changes = action_changes(saved_rows, [*now["actions"], *now["deferred"]])
+    if changes:
+        detail = {
+            "added": list(changes.added),
+            "removed": list(changes.removed),
+            "changed": list(changes.changed),
+        }
         return 409, _refusal(
-            "stale plan: the controller would now act differently; plan again\n  moved actions: "
-            + "; ".join(diff[:MAX_MOVED_ITEMS]),
-            moved=[{"input": "actions", "added": diff[:MAX_MOVED_ITEMS], "removed": []}],
+            stale_message(changes, moved, revision_note), moved=moved, actions=detail
         )
+    notes = drift_notes(moved)
+    if revision_note:
+        notes.insert(0, f"{revision_note.removesuffix(' and ')}; no action changed")
+    revision = candidate.revision
     if isinstance(source, ApiDesired):
         source.adopt(candidate, documents)
     mode = Mode(now["mode"])
     approved = sorted(str(r.get("action_id")) for r in saved_rows)
-    if mode is Mode.RECOMMEND:
-        ctl.store.set_override(
-            APPLIED_PLAN_KEY,
-            {"revision": revision, "action_ids": approved, "applied_at": ctl.clock()},
-        )
+    if mode is Mode.RECOMMEND:  # replaces any earlier approval; one with no action is none
+        record = AppliedPlan(revision, frozenset(approved), ctl.clock())
+        ctl.store.set_override(APPLIED_PLAN_KEY, record.to_json() if approved else None)
     ctl.event(
         "plan_applied",
-        message=f"revision {revision[:12]}, inputs {now['inputs']['digest'][:12]}, "
+        message=f"revision {revision[:12]}, inputs {str(recorded.get('digest'))[:12]}, "
         f"{len(approved)} action(s), mode {mode.value}",
     )
     ctl.mark_dirty(safety=True)
     return 200, {
         "applied": True,
         "revision": revision,
-        "inputs_digest": now["inputs"]["digest"],
+        "inputs_digest": recorded.get("digest"),
+        "current_inputs_digest": now["inputs"]["digest"],
+        "notes": notes,
         "mode": mode.value,
         "approved_action_ids": approved if mode is Mode.RECOMMEND else [],
     }
 
 
-def _refusal(message: str, moved: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def cancel_applied_plan(ctl: Controller) -> dict[str, Any]:
+    """Withdraw the approval of an applied plan (``gridctl apply --cancel``).
+
+    Its actions not yet delivered stay proposals again; ones already delivered
+    finish on their hosts (a command in flight cannot be called back).
+    """
+    plan = applied_plan(ctl.store.overrides())
+    if plan is None:
+        return {"cancelled": False, "message": "no applied plan is in force"}
+    ctl.store.set_override(APPLIED_PLAN_KEY, None)
+    ctl.event(
+        "applied_plan_cancelled",
+        message=f"revision {plan.revision[:12]}, {len(plan.action_ids)} action(s) withdrawn",
+    )
+    ctl.mark_dirty(safety=True)
+    return {
+        "cancelled": True,
+        "revision": plan.revision,
+        "action_ids": sorted(plan.action_ids),
+        "message": f"withdrew the plan applied at revision {plan.revision[:12]} "
+        f"({len(plan.action_ids)} action(s)); its undelivered actions are proposals again",
+    }
+
+
+def _refusal(
+    message: str,
+    moved: list[dict[str, Any]] | None = None,
+    actions: dict[str, list[str]] | None = None,
+) -> dict[str, Any]:
     body: dict[str, Any] = {"error": {"message": message}}
     if moved is not None:
         body["error"]["moved"] = moved
+    if actions is not None:
+        body["error"]["actions"] = actions
     return body
 
 

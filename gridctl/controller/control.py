@@ -19,6 +19,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from gridctl.controller.appliedplans import (
+    APPLIED_PLAN_KEY,
+    applied_plan,
+    approved_ids,
+    ended_after_tick,
+)
 from gridctl.controller.clockstep import ClockWatch
 from gridctl.controller.delivering import Delivery
 from gridctl.controller.demandbook import DemandBook
@@ -39,7 +45,6 @@ from gridctl.tick.timings import startup_estimates
 
 log = logging.getLogger(__name__)
 MAX_HISTORY = 2000
-APPLIED_PLAN_KEY = "applied_plan"  # store override: a saved plan applied in recommend mode
 
 __all__ = ["APPLIED_PLAN_KEY", "Controller"]
 
@@ -175,12 +180,7 @@ class Controller:
 
     def approved_actions(self, desired: DesiredState, mode: Mode) -> frozenset[str]:
         """The action ids of the saved plan applied in recommend mode for ``desired``."""
-        if mode is not Mode.RECOMMEND:
-            return frozenset()
-        applied = self.store.overrides().get(APPLIED_PLAN_KEY)
-        if not isinstance(applied, dict) or applied.get("revision") != desired.revision:
-            return frozenset()
-        return frozenset(str(i) for i in applied.get("action_ids") or [])
+        return approved_ids(applied_plan(self.store.overrides()), desired.revision, mode)
 
     # -- intake ----------------------------------------------------------------------
 
@@ -362,10 +362,18 @@ class Controller:
         )
         pending = self.store.pending()
         self._pending_hosts = frozenset(p.action.host_id for p in pending)
-        still = {a.action_id for a in result.actions} | {p.action_id for p in pending}
-        if inputs.approved and not still & inputs.approved:
-            self.store.set_override(APPLIED_PLAN_KEY, None)  # every applied action finished
-            self.event("applied_plan_done", message=f"{len(inputs.approved)} action(s)")
+        ended = ended_after_tick(
+            applied_plan(self.store.overrides()),
+            desired.revision,
+            inputs.mode,
+            inputs.approved,
+            [a.action_id for a in (*result.actions, *result.deferred)]
+            + [p.action_id for p in pending],
+            [h.action_id for h in inputs.history],
+        )
+        if ended is not None:  # executed, superseded or approving nothing: forget it durably
+            self.store.set_override(APPLIED_PLAN_KEY, None)
+            self.event("applied_plan_done", message=ended)
         for model, used in self.registry.last_used_watermarks().items():
             self.store.set_watermark(model, used)
         self._previous_profiles = {p.name: p for p in desired.profiles}

@@ -40,6 +40,7 @@ class ApiDesired:
         documents: dict[str, dict[str, Any]] | None = None,
         policy: ControllerPolicy | None = None,
         on_change: Callable[[DesiredState, dict[str, dict[str, Any]]], None] | None = None,
+        revision: str | None = None,
     ) -> None:
         self._clock = clock
         self._on_change = on_change
@@ -49,6 +50,8 @@ class ApiDesired:
         self._changed_at: float | None = None
         self.current: DesiredState | None = None
         self._rebuild()
+        if revision and self.current is not None:  # restored: keep the revision it had (an
+            self.current = replace(self.current, revision=revision)  # applied plan's own)
 
     def _rebuild(self) -> None:
         docs = [self._documents[k] for k in sorted(self._documents)]

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gridctl.controller.control import APPLIED_PLAN_KEY, Controller
+from gridctl.controller.appliedplans import CANCEL_HOW, applied_plan, override_row
+from gridctl.controller.control import Controller
 from gridctl.domain import Mode
 
 OWNERS: dict[str, list[str]] = {
@@ -34,7 +35,7 @@ OWNERS: dict[str, list[str]] = {
     "operator": [
         "mode override (the kill switch): gridctl mode",
         "node-local overrides: gridctl node drain|pause|quarantine",
-        "saved plans applied in recommend mode: gridctl apply",
+        f"saved plans applied in recommend mode: gridctl apply (withdraw: {CANCEL_HOW})",
         "engines gridctl never actuates: pinned, manual and external residencies",
     ],
 }
@@ -65,18 +66,13 @@ def overrides(ctl: Controller, mode_override: Mode | None, git_mode: Mode) -> li
                     "how": f"gridctl node resume on {record.host_id}",
                 }
             )
-    applied = ctl.store.overrides().get(APPLIED_PLAN_KEY)
-    if isinstance(applied, dict):
-        ids = applied.get("action_ids") or []
-        found.append(
-            {
-                "field": "actions",
-                "owner": "operator",
-                "git": "recommend: proposals only",
-                "value": f"{len(ids)} action(s) of an applied plan executable",
-                "how": "gridctl apply",
-            }
-        )
+    desired = ctl.current_desired()
+    mode, _ = ctl.effective_mode()
+    applied = override_row(
+        applied_plan(ctl.store.overrides()), desired.revision if desired else None, mode
+    )
+    if applied:  # only an approval in force: one the next tick would drop is not shown
+        found.append(applied)
     return found
 
 

@@ -220,8 +220,10 @@ class ControllerService:
         """Profiles managed over the API, restored from the store after a restart."""
         documents: dict[str, dict[str, Any]] = {}
         policy = None
+        revision = None
         restored = self.store.last_good_profiles()
         if restored is not None and isinstance(restored[1], dict):
+            revision = restored[0]
             documents = dict(restored[1].get("documents") or {})
             if isinstance(restored[1].get("policy"), dict):
                 policy = policy_from_document(restored[1]["policy"])
@@ -234,7 +236,9 @@ class ControllerService:
                 {"documents": docs, "policy": {"metadata": {"name": name}, "spec": spec}},
             )
 
-        return ApiDesired(clock, documents=documents, policy=policy, on_change=save)
+        return ApiDesired(
+            clock, documents=documents, policy=policy, on_change=save, revision=revision
+        )
 
     def _demand_arrived(self, _observation: RequestObservation) -> None:
         self.controller.note_demand()

@@ -100,7 +100,7 @@ def admission_rows(
             if serving is None:
                 rows.append(row.done(AdmissionState.AWAITING_PLAN, None, gate.reason))
             else:
-                rows.append(_served_below_gate(row, snapshot, serving, plan, gate))
+                rows.append(_served_below_gate(row, snapshot, serving, plan, gate, options))
             continue
         usable = [c for c in options if c.usable]
         if not usable:
@@ -172,7 +172,12 @@ def serving_model(
 
 
 def _served_below_gate(
-    row: _Row, snapshot: FleetSnapshot, profile: ModelProfile, plan: Plan, gate: Gate
+    row: _Row,
+    snapshot: FleetSnapshot,
+    profile: ModelProfile,
+    plan: Plan,
+    gate: Gate,
+    options: Sequence[CandidateRow],
 ) -> AdmissionRow:
     """Below the evidence gate, served by a model that is already ready: the gate decides
     new placements only, so the row reports the service, and the gate in its reason."""
@@ -180,6 +185,8 @@ def _served_below_gate(
     row.desired = dict(plan.targets).get(model_id, 0)
     row.planned = len(plan.assignments_for(model_id))
     row.ready, _ = replica_counts(snapshot, profile)
+    candidate = next((c for c in options if c.model_id == model_id), None)
+    row.eligible = max(candidate.eligible_hosts if candidate else 0, row.ready)
     row.missing = max(0, row.desired - row.planned)
     served = f"{model_id} is ready and serves {row.demand.workload}"
     if row.ready < row.desired:
@@ -249,6 +256,7 @@ def _chosen(
         row.eligible, row.startup = candidate.eligible_hosts, candidate.startup_seconds
     canary = " (one canary: " + gate.path + ")" if gate.canary_only else ""
     if row.ready:
+        row.eligible = max(row.eligible, row.ready)  # a host serving it is one that can
         if row.ready < row.desired:
             return row.done(
                 AdmissionState.UNDERSUPPLIED,

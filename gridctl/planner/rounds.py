@@ -118,8 +118,27 @@ def _search(
 def _message(ws: Workspace, model_id: str, code: UnsatisfiedCode) -> str:
     eligible = len(ws.eligible[model_id])
     if code is UnsatisfiedCode.NO_ELIGIBLE_NODES:
-        return f"no host passes the hard rules ({len(ws.host_ids)} hosts considered)"
+        return (
+            f"no host passes the hard rules ({len(ws.host_ids)} hosts considered"
+            f"{_rejections_named(ws, model_id)})"
+        )
     return f"{code.value.replace('_', ' ')} on all {eligible} eligible hosts"
+
+
+def _rejections_named(ws: Workspace, model_id: str, most: int = 3) -> str:
+    """``: 2 host_state (host is draining)``: the commonest static rejections, so "no
+    host" says why (every host draining reads differently from no runtime)."""
+    counts: dict[tuple[str, str], int] = {}
+    for host_id in ws.host_ids:
+        rejection = ws.static.rejection(model_id, host_id)
+        if rejection is not None:
+            key = (rejection.code.value, rejection.detail)
+            counts[key] = counts.get(key, 0) + 1
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    named = [f"{n} {code} ({detail})" if detail else f"{n} {code}" for (code, detail), n in ranked]
+    if len(named) > most:
+        named = [*named[:most], f"{len(named) - most} more"]
+    return ": " + "; ".join(named) if named else ""
 
 
 def place_pins(ws: Workspace) -> None:

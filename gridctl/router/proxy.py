@@ -273,8 +273,8 @@ class Router:
         if decision.model is not None:
             route = await self._admit(decision.model, token_hint(payload), session)
         if decision.model is None or route is None:
-            observe("rejected", 503, None)
             refused = refusal(decision)
+            observe("rejected", refused.status, None)
             return JSONResponse(refused.body, status_code=refused.status, headers=refused.headers)
         body = body_for(payload, decision.model)
         stream = bool(payload.get("stream", False))

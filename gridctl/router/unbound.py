@@ -4,7 +4,9 @@ The router classifies the request into one workload of the catalog (the text
 is read once, locally, and forgotten) and asks the controller's latest
 portfolio which model serves that workload. While no chosen model is ready it
 answers an honest 503 naming the workload and its admission state; once one
-is ready the request goes there. Either way the observation carries no
+is ready the request goes there. A workload no configured model scores is a
+422: permanent, so no client retries it into extra demand. Either way the
+observation carries no
 requested model: the workload gains demand, and the model that served it
 gains outcome evidence, never direct demand.
 
@@ -28,6 +30,7 @@ from gridctl.router.features import RequestFeatures
 from gridctl.router.telemetry import RequestObservation
 
 TEXT_FIELDS_MAX_CHARS = 4096
+INFEASIBLE_STATUS = 422  # no configured model scores the workload: retrying cannot help
 
 
 @dataclass(frozen=True)
@@ -158,7 +161,10 @@ def unbound_observation(
 
 @dataclass(frozen=True)
 class Refusal:
-    """The honest 503 for an unbound request that no ready model takes now."""
+    """The honest answer for an unbound request that no ready model takes now: 503 with
+    Retry-After while a model may still become ready; 422 when none could (a permanent
+    answer: clients such as the official ``openai`` one retry a 503, and each retry would
+    be counted as more demand for the workload)."""
 
     body: dict[str, Any]
     headers: dict[str, str]
@@ -179,12 +185,13 @@ def refusal(decision: UnboundDecision) -> Refusal:
     body = {
         "error": {
             "message": message,
-            "type": "service_unavailable",
+            "type": "service_unavailable" if decision.retry else "invalid_request_error",
             "param": "model",
             "code": "workload_not_ready" if decision.retry else "workload_infeasible",
             "workload": decision.workload,
             "admission_state": decision.state,
         }
     }
-    headers = {"Retry-After": "5"} if decision.retry else {}
-    return Refusal(body, headers)
+    if not decision.retry:
+        return Refusal(body, {}, INFEASIBLE_STATUS)
+    return Refusal(body, {"Retry-After": "5"})

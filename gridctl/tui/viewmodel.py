@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gridctl.domain import ActionKind
+from gridctl.errors import issue_json_text
 from gridctl.tui.plan_diff import PlanLine, plan_lines
 
 HOST_STATES = ("accepting", "throttled", "draining", "paused", "unhealthy", "quarantined")
@@ -251,9 +253,7 @@ def _items(value: Any) -> Sequence[Mapping[str, Any]]:
 
 def render_issue(issue: Mapping[str, Any]) -> str:
     """An error in the same ``FILE:LINE:COL: Kind/name: /pointer: message`` form as validate."""
-    subject = f"{issue.get('kind') or '?'}/{issue.get('name') or '?'}"
-    position = f"{issue.get('file', '?')}:{issue.get('line', 0)}:{issue.get('column', 0)}"
-    return f"{position}: {subject}: {issue.get('pointer') or '/'}: {issue.get('message', '')}"
+    return issue_json_text(issue)
 
 
 def host_rows(status: Mapping[str, Any]) -> tuple[HostRow, ...]:
@@ -403,6 +403,15 @@ def _command(group: str, action: Mapping[str, Any], now: float) -> CommandRow:
     )
 
 
+def receipt_kind(event: str) -> tuple[str, str]:
+    """(kind, outcome) of a receipt event the controller names ``KIND_STATUS``
+    (``warm_succeeded``); ("-", event) for any other name."""
+    kind, _, outcome = event.partition("_")
+    if kind in {k.value for k in ActionKind} and outcome:
+        return kind, outcome
+    return "-", event
+
+
 def command_rows(status: Mapping[str, Any], now: float) -> tuple[CommandRow, ...]:
     """Pending (split by delivery), withdrawn destructive, then the newest receipts."""
     delivered = set(map(str, status.get("delivered_pending_action_ids") or ()))
@@ -421,14 +430,15 @@ def command_rows(status: Mapping[str, Any], now: float) -> tuple[CommandRow, ...
     receipts = [e for e in receipts if e.get("duration_seconds") is not None]
     receipts.sort(key=lambda e: (-float(e.get("at", 0)), _str(e.get("action_id"))))
     for event in receipts[:RECEIPT_LIMIT]:
+        kind, outcome = receipt_kind(_str(event.get("event")))
         rows.append(
             CommandRow(
                 group="receipt",
                 action_id=_str(event.get("action_id")),
-                kind="-",
+                kind=_str(event.get("kind"), kind),
                 host_id=_str(event.get("host_id")),
                 model_id=_str(event.get("model_id")),
-                status=_str(event.get("event")),
+                status=outcome,
                 blocked=None,
                 reason=_str(event.get("message")),
                 age_seconds=_age(now, event.get("at")),

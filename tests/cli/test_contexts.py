@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import http.server
 import json
+import threading
 from pathlib import Path
 
 import pytest
 
 from gridctl import contexts
 from gridctl.cli.main import main
+from tests.e2e.harness import free_port
 
 URL = "http://127.0.0.1:22400"
 
@@ -62,6 +65,44 @@ def test_flags_and_environment_win_and_a_token_never_goes_to_another_controller(
     assert str(contexts.resolve().token_file) == "/elsewhere/token"
     monkeypatch.setenv("GRIDCTL_CONTROLLER", "http://127.0.0.1:1")
     assert contexts.resolve().controller_from == "$GRIDCTL_CONTROLLER"
+
+
+def test_controller_keeps_the_token_of_the_context_recorded_for_that_url(
+    tmp_path: Path,
+) -> None:
+    """`--controller` alone, naming a known fleet (another spelling of the current one's URL,
+    or another recorded context), keeps that context's token file."""
+    context = record_up_fleet(tmp_path)
+    alias = contexts.resolve("http://localhost:22400")
+    assert alias.context == "local-22400" and str(alias.token_file) == context.token_file
+    second = contexts.Context(
+        name="lab", controller="http://127.0.0.1:22500", token_file=str(tmp_path / "lab.token")
+    )
+    contexts.record(second, make_current=False)
+    other = contexts.resolve("http://127.0.0.1:22500/")
+    assert other.context == "lab" and other.token_from == "context lab"
+    assert contexts.resolve("http://127.0.0.1:22600").token_from == "default"
+
+
+def test_an_unknown_controller_says_which_token_it_needs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    record_up_fleet(tmp_path)
+    code = main(["tick", "--controller", f"http://127.0.0.1:{free_port()}"])
+    assert code == 2  # nothing listens there: that is said first
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        capsys.readouterr()
+        assert main(["tick", "--controller", url]) == 1
+        err = capsys.readouterr().err
+        assert f"no context records {url}, so its operator token is unknown" in err, err
+        assert "pass --token-file" in err
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_context_commands_list_switch_and_show(

@@ -2,7 +2,11 @@
 background, then the README's tour with no flags at all (the context `up` recorded finds the
 fleet), "model": "auto" answered or refused at once, an invalid commit shown with file, line
 and pointer in plain `gridctl status`, bad token files as one line, a second `up` on the same
-port refused fast, and a drain that cannot complete saying so (then forced)."""
+port refused fast, and a drain that cannot complete saying so (then forced). Then the
+Terraform-like loop in recommend mode: a saved plan still applies after the learned rates
+decayed, a commit in between makes it `stale plan:` naming the changed actions, an applied
+plan ends (diff exits 0, no operator line), and `--explain` on the steady fleet lists the
+incumbents."""
 
 from __future__ import annotations
 
@@ -165,7 +169,7 @@ def test_the_readme_tour_through_the_context(fleet: Fleet, tmp_path: Path) -> No
             model="auto", messages=[{"role": "user", "content": "fix this python bug"}]
         )
     elapsed = time.monotonic() - started
-    assert refused.value.status_code == 503
+    assert refused.value.status_code == 422  # permanent: a client does not retry it
     assert "no configured model scores workload coding" in refused.value.message
     print(f"coding refused in {elapsed * 1000:.0f} ms")
 
@@ -238,3 +242,75 @@ def test_drain_of_the_last_replica_says_why_then_force_drains(fleet: Fleet) -> N
         return out if rows and rows[0].split()[3:5] == ["0", "1"] else None
 
     print(wait_for("shortfall in plain status", short_in_status, deadline=60))
+
+
+def test_plan_and_apply_in_recommend_mode(fleet: Fleet, tmp_path: Path) -> None:
+    routable_gemma(fleet)
+    directory = str(fleet.repo.path)
+    client = OpenAI(base_url=fleet.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    for _ in range(2):  # some demand, so its learned rate has something to decay from
+        client.chat.completions.create(
+            model=GEMMA, messages=[{"role": "user", "content": "Say hello"}], max_tokens=4
+        )
+    assert "mode is now recommend" in gridctl("mode", "recommend", "--reason", "review").stdout
+
+    # the steady fleet explains itself: the incumbent is listed, no traceback
+    explained = gridctl("plan", directory, "--explain", GEMMA).stdout
+    assert f"Explain {GEMMA}: target 1" in explained
+    assert "* local-1: holds a replica, not scored" in explained, explained
+
+    # plan, then let the demand the plan rests on move with no traffic at all
+    out = tmp_path / "p.json"
+    planned = gridctl("plan", directory, "--out", str(out)).stdout
+    saved = json.loads(out.read_text())
+    header = planned.splitlines()[0]
+    assert f"inputs {saved['inputs']['digest'][:12]}" in header, header
+    started = time.monotonic()
+
+    def idle_for_90_seconds() -> bool:  # the review: no traffic while the operator reads
+        return time.monotonic() - started >= 90
+
+    wait_for("90 s without traffic", idle_for_90_seconds, deadline=120, interval=5)
+    answer = json.loads(gridctl("apply", str(out), "--json").stdout)
+    assert answer["applied"] is True and answer["inputs_digest"] == saved["inputs"]["digest"]
+    if answer["current_inputs_digest"] != saved["inputs"]["digest"]:  # drift: a note
+        assert any("no action changed" in note for note in answer["notes"]), answer
+    print(f"applied after {time.monotonic() - started:.0f}s; notes: {answer['notes']}")
+
+    # a commit between plan and apply: refused as stale, naming the actions it changed
+    gridctl("plan", directory, "--out", str(out))
+    profile = fleet.repo.path / GEMMA_FILE
+    good = profile.read_text()
+    profile.unlink()
+    retired = fleet.repo.commit("retire gemma")
+    wait_for(
+        "the retiring commit in force",
+        lambda: fleet.status()["desired"]["revision"] == retired,
+        deadline=60,
+    )
+    stale = gridctl("apply", str(out), check=False)
+    assert stale.returncode == 1
+    assert stale.stderr.startswith("error: ") and "stale plan: " in stale.stderr, stale.stderr
+    assert "plan again" in stale.stderr
+    assert f"+ drain {GEMMA} on local-1" in stale.stderr, stale.stderr
+    profile.write_text(good)
+    restored = fleet.repo.commit("gemma back")
+    wait_for(
+        "the restoring commit in force",
+        lambda: fleet.status()["desired"]["revision"] == restored,
+        deadline=60,
+    )
+
+    # an applied plan ends: after mode --clear, diff is clean and status names no operator
+    gridctl("plan", directory, "--out", str(out))
+    gridctl("apply", str(out))
+    assert "mode is now automatic" in gridctl("mode", "--clear").stdout
+    gridctl("tick")
+
+    def in_sync() -> bool:
+        return gridctl("diff", check=False).returncode == 0
+
+    wait_for("diff in sync", in_sync, deadline=60)
+    status = gridctl("status").stdout
+    assert "operator" not in status and "applied plan" not in status, status
+    assert gridctl("apply", "--cancel").stdout.strip() == "no applied plan is in force"

@@ -44,7 +44,12 @@ async def test_applied_plan_becomes_the_target_and_converges(tmp_path: Path) -> 
         stale = await h.apply(twin)
         assert stale.status_code == 409
         error = stale.json()["error"]
-        assert error["message"].startswith("stale plan: revision, residencies, history")
+        assert error["message"].startswith(
+            "stale plan: the controller would now act differently after residencies, history"
+        )
+        assert "plan again" in error["message"].splitlines()[0]
+        assert error["actions"]["removed"] == ["warm gemma on local-1 (executable)"]
+        assert "\n  - warm gemma on local-1 (executable)\n" in error["message"]
         moved = {row["input"]: row for row in error["moved"]}
         assert moved["residencies"]["added"] == [
             f"local-1/gemma ready managed {GEMMA_SHA[:12]} llama.cpp 640 MB"
@@ -94,28 +99,34 @@ async def test_recommend_mode_proposes_and_an_applied_plan_runs_exactly_its_ids(
         assert sorted(c["action_id"] for c in node.executed) == ids
 
 
-async def test_a_host_joining_makes_a_plan_stale(tmp_path: Path) -> None:
+async def test_a_host_joining_that_changes_no_action_is_a_note(tmp_path: Path) -> None:
     async with controller(tmp_path) as h:
         assert (await h.node("local-1").register()).status_code == 200
         plan = await h.saved_plan(desired_dir(tmp_path / "desired", gemma=1))
         assert (await h.node("local-2", failure_domain="zone-b").register()).status_code == 200
-        refused = await h.apply(plan)
-        assert refused.status_code == 409
-        moved = {row["input"]: row for row in refused.json()["error"]["moved"]}
-        assert sorted(moved) == ["hosts"]
-        (line,) = moved["hosts"]["added"]
-        expected = "local-2 managed accepting 2048 MB usable, disk reported (resources "
-        assert line.startswith(expected)
+        applied = await h.apply(plan)
+        assert applied.status_code == 200, applied.text
+        assert applied.json()["notes"] == ["hosts moved since the plan was made; no action changed"]
 
 
-async def test_watched_controller_applies_only_its_own_revision(tmp_path: Path) -> None:
+async def test_watched_controller_refuses_a_plan_its_revision_would_not_take(
+    tmp_path: Path,
+) -> None:
     watch = desired_dir(tmp_path / "watched", gemma=1)
     async with controller(tmp_path, watch=watch) as h:
+        for host, domain in (("local-1", "zone-a"), ("local-2", "zone-b")):
+            node = h.node(host, failure_domain=domain, cached={"gemma": GEMMA_SHA})
+            assert (await node.register()).status_code == 200
         other = desired_dir(tmp_path / "other", gemma=2)
         plan = await h.saved_plan(other)
         refused = await h.apply(plan)
         assert refused.status_code == 409
-        assert "commit the change there" in refused.json()["error"]["message"]
+        message = refused.json()["error"]["message"]
+        first = message.splitlines()[0]
+        assert first.startswith("stale plan: revision ")
+        assert "is in force (the plan was made" in first
+        assert "plan again" in first
+        assert any(line.startswith("  - warm gemma on local-") for line in message.splitlines())
         same = await h.saved_plan(watch)
         assert (await h.apply(same)).status_code == 200
 

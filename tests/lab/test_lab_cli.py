@@ -112,3 +112,13 @@ def test_graduate_prints_every_gate(capsys: pytest.CaptureFixture[str]) -> None:
 def test_graduate_bad_list_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["lab", "graduate", "--seeds", "a,b"]) == 2
     assert "--seeds 'a,b'" in capsys.readouterr().err
+
+
+def test_graduate_says_the_gates_assume_full_length_runs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["lab", "graduate", "--machines", "2", "--seeds", "42", "--duration", "10m"]
+    assert main([*argv, "--models", "2", "--users", "5"]) == 1
+    err = capsys.readouterr().err
+    assert "failing gates: " in err
+    assert "calibrated on runs of at least 2h of simulated time; this run had 10m" in err

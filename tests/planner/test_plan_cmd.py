@@ -112,3 +112,23 @@ def test_bad_snapshot_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[
 def test_unknown_explain_model_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", OFFICE, "--against", snap("office"), "--explain", "nope"]) == 1
     assert "no such model profile" in capsys.readouterr().err
+
+
+def test_no_eligible_host_names_the_rejections(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A fleet drained by hand says so: "no host passes" alone hid that every host was
+    draining."""
+    snapshot = json.loads(Path(snap("office")).read_text())
+    for host in snapshot["hosts"]:
+        if host.get("kind", "managed") == "managed":
+            host["allocator"]["state"] = "draining"
+    path = tmp_path / "drained.json"
+    path.write_text(json.dumps(snapshot))
+    assert main(["plan", OFFICE, "--against", str(path), "--json"]) == 0
+    unsatisfied = json.loads(capsys.readouterr().out)["unsatisfied"]
+    messages = [u["message"] for u in unsatisfied if u["code"] == "no_eligible_nodes"]
+    assert messages, unsatisfied
+    for message in messages:
+        assert message.startswith("no host passes the hard rules (6 hosts considered: ")
+        assert "host_state (host is draining)" in message, message

@@ -296,3 +296,14 @@ def test_a_shut_out_workload_makes_the_roomy_fleet_consolidate() -> None:
     }
     row = next(c for c in after.candidates if c.workload == "embedding")
     assert row.rejection is not None and row.rejection.startswith("no capacity")
+
+
+def test_a_ready_row_counts_the_hosts_serving_it_as_eligible() -> None:
+    """A workload served by a ready replica on the fleet's only host is not "0 eligible
+    hosts": that host serves it (a new replica would need another one)."""
+    profiles = (model("coder-7b", {"coding": 1.0}),)
+    hosts = (box("b1", slots=2, residencies=(resident("coder-7b", ResidencyState.READY),)),)
+    result = plan_portfolio(inputs(profiles, hosts, (workload("coding"),)))
+    (row,) = result.admission
+    assert row.state is AdmissionState.READY and row.ready == 1
+    assert row.eligible_hosts >= 1

@@ -76,10 +76,46 @@ async def test_a_workload_no_profile_scores_is_refused_at_once(service: Any) -> 
         started = time.monotonic()
         refused = await client.post("/v1/chat/completions", json=CODING)
         elapsed = time.monotonic() - started
-        assert refused.status_code == 503, refused.text
+        assert refused.status_code == 422, refused.text  # permanent: a 4xx, never retried
         error = refused.json()["error"]
         assert error["code"] == "workload_infeasible"
         assert error["admission_state"] == "infeasible"
         assert "no configured model scores workload coding" in error["message"]
         assert "retry-after" not in refused.headers  # retrying cannot help
         print(f"infeasible answer in {elapsed * 1000:.1f} ms")
+
+
+@pytest.mark.anyio
+async def test_the_official_client_gets_the_refusal_once_without_retrying(service: Any) -> None:
+    """The ``openai`` client retries 408/409/429/5xx: an unscored workload must be none
+    of those, or each retry would reach the router as more demand for it."""
+    from openai import AsyncOpenAI, UnprocessableEntityError
+
+    svc, app, clock = service
+    arrivals: list[str] = []
+
+    async def counting(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            arrivals.append(scope["path"])
+        await app(scope, receive, send)
+
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=counting), base_url="http://ctl"
+    ) as client:
+        node = SimNode.for_controller(
+            svc.options.state_dir, "local-1", client, clock, cached={"gemma-3-270m": GEMMA_SHA}
+        )
+        assert (await node.register()).status_code == 200
+        await converge(svc, [node], rounds=6)
+        openai = AsyncOpenAI(base_url="http://ctl/v1", api_key="unused", http_client=client)
+        await openai.models.list()  # the client's own first-use setup is not the answer's time
+        arrivals.clear()
+        started = time.monotonic()
+        with pytest.raises(UnprocessableEntityError) as refused:
+            await openai.chat.completions.create(
+                model="auto", messages=[{"role": "user", "content": "fix this python bug"}]
+            )
+        elapsed = time.monotonic() - started
+    assert arrivals == ["/v1/chat/completions"]  # one request: no retry, counted once
+    assert elapsed < 0.1, elapsed
+    assert "no configured model scores workload coding" in str(refused.value)

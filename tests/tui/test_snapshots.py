@@ -117,3 +117,22 @@ FIT_SIZES = [(80, 24), (120, 40)]
 def test_panels_fit_the_terminal(snap_compare: Compare, size: tuple[int, int], panel: str) -> None:
     app = file_app("admission_fleet")
     assert snap_compare(app, terminal_size=size, run_before=after_data(*PANEL_KEYS[panel]))
+
+
+@pytest.mark.parametrize("panel", ["commands", "history"])
+@pytest.mark.parametrize("size", FIT_SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_command_and_history_reasons_fit(
+    snap_compare: Compare, size: tuple[int, int], panel: str
+) -> None:
+    app = file_app("degraded_fleet")
+    assert snap_compare(app, terminal_size=size, run_before=after_data(*PANEL_KEYS[panel]))
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [("question_mark",), ("down", "down", "down", "enter")],
+    ids=["help", "host-detail"],
+)
+def test_overlays_wrap_at_80x24(snap_compare: Compare, keys: tuple[str, ...]) -> None:
+    app = file_app("degraded_fleet")
+    assert snap_compare(app, terminal_size=(80, 24), run_before=after_data(*keys))

@@ -38,7 +38,7 @@ from gridctl.tui.widgets.rows_panel import RowsPanel
 from gridctl.tui.widgets.status_feed import StatusFeed
 
 PANELS = ("fleet", "admission", "plan", "commands", "history", "desired")
-NARROW_BELOW = 120  # columns: below this, panels stack and tables keep their reason column
+NARROW_BELOW = 140  # columns: below this, panels stack and tables keep their reason column
 
 
 class DashboardScreen(Screen[None]):

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from rich.table import Table
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Vertical
+from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
@@ -27,15 +28,26 @@ NOTE = (
 )
 
 
+def key_table() -> Table:
+    """Keys and meanings; a narrow dialog wraps each meaning under itself, not under
+    the key column."""
+    table = Table.grid(padding=(0, 2))
+    table.add_column(no_wrap=True)
+    table.add_column(ratio=1, overflow="fold")
+    for key, meaning in KEYS:
+        table.add_row(key, meaning)
+    return table
+
+
 class HelpScreen(ModalScreen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,question_mark,q", "close", "Close")]
 
     def compose(self) -> ComposeResult:
-        lines = "\n".join(f"{key:<16} {meaning}" for key, meaning in KEYS)
         with Vertical(classes="dialog wide"):
             yield Label("gridctl dash keys", classes="dialog-title")
-            yield Static(lines, markup=False)
-            yield Static(NOTE, classes="dialog-hint")
+            with VerticalScroll():  # a short terminal scrolls; nothing is cut off
+                yield Static(key_table())
+                yield Static(NOTE, classes="dialog-hint", markup=False)
 
     def action_close(self) -> None:
         self.dismiss(None)

@@ -72,10 +72,11 @@ class HostDetailScreen(ModalScreen[None]):
             yield Label(f"Host {self.host.host_id}", classes="dialog-title")
             with VerticalScroll():
                 yield Static("\n".join(host_lines(self.host)), markup=False)
-                yield Label(
+                yield Static(  # a Static wraps at word boundaries; a Label is cut
                     f"Local overrides: run on {self.host.host_id} itself "
                     "(the controller cannot fence a host remotely):",
                     classes="dialog-subtitle",
+                    markup=False,
                 )
                 yield Static(commands, markup=False, id="node-commands")
             yield Label("escape to close", classes="dialog-hint")

@@ -21,22 +21,47 @@ def snapshot_time(now: float) -> str:
     return datetime.fromtimestamp(now, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
-def summary_text(view: DashboardView | None, source: str, access: str) -> Text:
+def summary_text(
+    view: DashboardView | None, source: str, access: str, width: int | None = None
+) -> Text:
+    """Two lines: who and what mode, then the counts. When the first would not fit
+    ``width`` (a wrapped header hides a panel row and splits words) the snapshot time
+    moves to the second line, then the controller id and the source are left out."""
+    if view is not None and width is not None:
+        for drop in ((), ("id",), ("id", "source")):
+            text = _summary(view, source, access, width, drop)
+            if text.split("\n")[0].cell_len <= width - 2:  # padding
+                return text
+    return _summary(view, source, access, width, ())
+
+
+def _summary(
+    view: DashboardView | None,
+    source: str,
+    access: str,
+    width: int | None,
+    drop: tuple[str, ...],
+) -> Text:
     text = Text("gridctl", style="bold")
-    text.append(f"  {source}", style="dim")
+    if "source" not in drop:
+        text.append(f"  {source}", style="dim")
     text.append(f"  [{access}]", style="yellow" if access == "read-only" else "green")
     if view is None:
         text.append("  waiting for status…", style="dim")
         return text
     controller = view.controller
     authority = "authority" if controller.holds_authority else "NO AUTHORITY"
-    text.append(f"  {controller.controller_id} term {controller.term} ")
+    who = "" if "id" in drop else f"{controller.controller_id} "
+    text.append(f"  {who}term {controller.term} ")
     text.append(authority, style="green" if controller.holds_authority else "bold red")
     text.append("  mode ")
     text.append(view.mode.effective, style="bold")
     if view.mode.drifted:
         text.append(f" (override; git: {view.mode.desired})", style="bold yellow")
-    text.append(f"  as of {snapshot_time(view.now)}", style="dim")
+    when = f"  as of {snapshot_time(view.now)}"
+    late = width is not None and text.cell_len + len(when) > width - 2  # padding
+    if not late:
+        text.append(when, style="dim")
     text.append("\nhosts")
     for state, count in view.host_counts().items():
         if count or state == "accepting":
@@ -47,6 +72,8 @@ def summary_text(view: DashboardView | None, source: str, access: str) -> Text:
     text.append(f"  models {len(view.models)}  pending {pending}")
     text.append(f"  withdrawn {withdrawn}", style="bold red" if withdrawn else "")
     text.append(f"  unmet {len(view.unmet)}", style="bold red" if view.unmet else "")
+    if late:  # the date is left out there: the time of day is what ages
+        text.append(f"  as of {snapshot_time(view.now)[-9:]}", style="dim")
     return text
 
 
@@ -56,7 +83,7 @@ class SummaryBar(Static):
     access: reactive[str] = reactive("read-only")
 
     def render(self) -> Text:
-        return summary_text(self.view, self.source, self.access)
+        return summary_text(self.view, self.source, self.access, self.size.width or None)
 
 
 class ProblemBanner(Static):

@@ -34,6 +34,9 @@ def cell_width(cell: RenderableType) -> int:
     return 12
 
 
+MIN_REASON_WIDTH = 32  # cells: below this a wrapped reason reads as a column of fragments
+
+
 class RowsPanel(Vertical):
     """Base class; ``COLUMNS`` and the three row hooks define a concrete panel."""
 
@@ -58,6 +61,7 @@ class RowsPanel(Vertical):
         super().__init__(id=id, classes=classes)
         self._shown: list[Any] = []
         self._columns: tuple[str, ...] = self.COLUMNS
+        self._wrapped = False  # the last column has a fixed width and wraps
 
     def compose(self) -> ComposeResult:
         table: DataTable[RenderableType] = DataTable(cursor_type="row", zebra_stripes=True)
@@ -96,24 +100,47 @@ class RowsPanel(Vertical):
         self.refresh_rows()
 
     def on_resize(self) -> None:
-        if self.narrow and self.NARROW_COLUMNS:
+        if self.NARROW_COLUMNS:
             self.refresh_rows()
 
-    def _kept(self) -> tuple[int, ...]:
-        if self.narrow and self.NARROW_COLUMNS:
-            return tuple(self.COLUMNS.index(name) for name in self.NARROW_COLUMNS)
-        return tuple(range(len(self.COLUMNS)))
+    def _kept(self, rendered: Sequence[tuple[RenderableType, ...]]) -> tuple[tuple[int, ...], bool]:
+        """The columns to show, in order. Every column when all fit the panel at their
+        natural width; else the reason column (``NARROW_COLUMNS[-1]``) moves last and
+        wraps, and lesser columns (those not in ``NARROW_COLUMNS``) drop from the right
+        until the rest leaves the reason ``MIN_REASON_WIDTH`` cells. The flag says
+        whether the last column must wrap into the width left to it."""
+        every = tuple(range(len(self.COLUMNS)))
+        if not self.NARROW_COLUMNS:
+            return every, False
+        widths = [
+            max([cell_width(name), *(cell_width(row[i]) for row in rendered)])
+            for i, name in enumerate(self.COLUMNS)
+        ]
+        available = (self.size.width or 80) - 4  # borders and scrollbar
+        if sum(w + 2 for w in widths) <= available:
+            return every, False
+        reason = self.COLUMNS.index(self.NARROW_COLUMNS[-1])
+        kept = [i for i in every if i != reason and self.COLUMNS[i] in self.NARROW_COLUMNS]
+        lesser = [i for i in every if i != reason and self.COLUMNS[i] not in self.NARROW_COLUMNS]
+        while lesser:
+            trial = sorted([*kept, *lesser])
+            if sum(widths[i] + 2 for i in trial) + MIN_REASON_WIDTH + 2 <= available:
+                return (*trial, reason), True
+            lesser.pop()
+        order = [self.COLUMNS.index(name) for name in self.NARROW_COLUMNS]
+        return tuple(order), True
 
-    def _set_columns(self, kept: tuple[int, ...], rows: list[tuple[RenderableType, ...]]) -> bool:
-        """Lay out the kept columns; in narrow mode the last gets what is left, and wraps.
+    def _set_columns(
+        self, kept: tuple[int, ...], wrap: bool, rows: list[tuple[RenderableType, ...]]
+    ) -> bool:
+        """Lay out the kept columns; with ``wrap`` the last gets what is left, and wraps.
         Returns whether rows should take the height their wrapped reason needs."""
         table = self.table
         names = tuple(self.COLUMNS[i] for i in kept)
-        wrap = len(names) < len(self.COLUMNS)
-        if not wrap and names == self._columns:
+        if not wrap and not self._wrapped and names == self._columns:
             return False
         table.clear(columns=True)
-        self._columns = names
+        self._columns, self._wrapped = names, wrap
         if not wrap:
             table.add_columns(*names)
             return False
@@ -139,11 +166,11 @@ class RowsPanel(Vertical):
         selected = self._selected_key()
         rows = list(self.rows_of(self.view)) if self.view is not None else []
         self._shown = [row for row in rows if self.matches(row)]
-        kept = self._kept()
         rendered = [self.cells(row) for row in self._shown]
+        kept, wrap = self._kept(rendered)
         cut = [tuple(cells[i] for i in kept) for cells in rendered]
         table.clear()
-        wrap = self._set_columns(kept, cut)
+        wrap = self._set_columns(kept, wrap, cut)
         for row, cells in zip(self._shown, cut, strict=True):
             table.add_row(*cells, key=self.key_of(row), height=None if wrap else 1)
         if selected is not None:

@@ -1,0 +1,37 @@
+"""``gridctl dash`` without a terminal refuses at once (exit 2, one line) instead of starting
+Textual with no input to wait on, which spun a whole core forever."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["dash"], ["dash", "--controller", "http://127.0.0.1:9"], ["dash", "--from-file", "x.json"]],
+    ids=["context", "controller", "from-file"],
+)
+def test_dash_without_a_terminal_exits_2_within_2_seconds(argv: list[str]) -> None:
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "gridctl", *argv],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=30,
+        check=False,
+    )
+    elapsed = time.monotonic() - started
+    assert done.returncode == 2, done
+    assert elapsed < 2.0, elapsed
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "is not a terminal" in lines[0], done.stderr
+    assert "textual" not in done.stderr.lower()
