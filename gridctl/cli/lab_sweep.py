@@ -63,6 +63,9 @@ def parse_int_ranges(option: str, text: str, low: int, high: int) -> list[int]:
     return values
 
 
+GATE_CALIBRATION_MINUTES = 120  # the gates' thresholds assume full-length days
+
+
 def add_graduate(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     grad = verbs.add_parser(
         "graduate",
@@ -230,6 +233,14 @@ def run_graduate(args: argparse.Namespace) -> int:
     failed = [g.name for g in matrix.gates if not g.passed]
     if failed:
         print(f"gridctl lab graduate: failing gates: {', '.join(failed)}", file=sys.stderr)
+        if minutes < GATE_CALIBRATION_MINUTES:
+            print(
+                f"gridctl lab graduate: the gates are calibrated on runs of at least "
+                f"{GATE_CALIBRATION_MINUTES // 60}h of simulated time; this run had "
+                f"{minutes}m, too few requests for the evidence they check "
+                f"(try --duration {GATE_CALIBRATION_MINUTES // 60}h)",
+                file=sys.stderr,
+            )
         return 1
     return 0
 
