@@ -123,3 +123,19 @@ async def test_a_certificate_for_the_controllers_names_is_refused(
     assert "names the controller" in answer.json()["error"]["message"]
     assert answer.json()["error"]["pointer"].startswith("/advertise/")
     assert unused(service) == [None]
+
+
+async def test_router_key_names_are_unique_and_printable(service: ControllerService) -> None:
+    admin = {"X-Grid-Allocator-Token": service.operator_token}
+    async with client(service) as http:
+        first = await http.post("/allocator/router-keys", json={"name": "team-a"}, headers=admin)
+        assert first.status_code == 200, first.text
+        again = await http.post("/allocator/router-keys", json={"name": "team-a"}, headers=admin)
+        assert again.status_code == 409
+        assert "exists already" in again.json()["error"]["message"]
+        for name in ("team\x1b[2Jb", "with space", "-leading"):
+            bad = await http.post("/allocator/router-keys", json={"name": name}, headers=admin)
+            assert bad.status_code == 400, name
+            assert bad.json()["error"]["pointer"] == "/name"
+    assert service.identity is not None
+    assert [r["name"] for r in service.identity.membership.router_key_rows()] == ["team-a"]
