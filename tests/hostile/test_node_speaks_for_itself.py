@@ -99,6 +99,12 @@ async def test_acknowledging_another_hosts_action_is_refused_counted_and_logged_
     }
     refusals = [r for r in caplog.records if "host-b" in r.getMessage()]
     assert len(refusals) == 1  # logged once, counted every time
+    async with client(service) as http:
+        metrics = (await http.get("/metrics")).text
+    assert (
+        'gridctl_foreign_claims_refused_total{kind="acknowledgement",owner="host-a",'
+        'sender="host-b"} 3.0'
+    ) in metrics
 
 
 async def test_the_owner_still_finishes_its_own_action(service: ControllerService) -> None:
