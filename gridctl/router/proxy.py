@@ -36,6 +36,7 @@ from gridctl.router.attribution import NO_ESTIMATE, Attribution
 from gridctl.router.breakers import Breakers, BreakerTunables, CircuitKey
 from gridctl.router.choosing import Candidate, choose, token_hint
 from gridctl.router.features import RequestFeatures, request_features
+from gridctl.router.requestshape import refused_shape
 from gridctl.router.sse import UsageParser, completion_tokens
 from gridctl.router.telemetry import RequestObservation, TelemetryTap
 from gridctl.router.unbound import UnboundDirectory, forward_unbound, unbound_request
@@ -151,6 +152,9 @@ class Router:
             return openai_error(400, message, "invalid_request_error")
         if not isinstance(payload, dict):
             return openai_error(400, "request body must be a JSON object", "invalid_request_error")
+        malformed = refused_shape(endpoint, payload)  # never forwarded: see requestshape
+        if malformed is not None:
+            return malformed
         # --- unbound workload demand ("auto" or no model): see gridctl.router.unbound ---
         if self.unbound is not None and unbound_request(payload):
             return await forward_unbound(
