@@ -485,6 +485,7 @@ class ControllerService:
                 tap=self.tap,
                 upstream=engines,
                 policy=self.controller.policy,
+                health=lambda endpoint: self._answers(upstream, endpoint),
             )
         )
         self.router = router

@@ -35,6 +35,7 @@ from gridctl.router import affinity
 from gridctl.router.attribution import NO_ESTIMATE, Attribution
 from gridctl.router.breakers import Breakers, BreakerTunables, CircuitKey
 from gridctl.router.choosing import Candidate, choose, token_hint
+from gridctl.router.confirming import ConfirmingBreakers, HealthCheck
 from gridctl.router.features import RequestFeatures, request_features
 from gridctl.router.requestshape import refused_shape
 from gridctl.router.sse import UsageParser, completion_tokens
@@ -84,6 +85,9 @@ class RouterContext:
     endpoints_of: Callable[[str], tuple[str, ...] | None] | None = None
     # the controller policy in force: circuit, attribution and affinity tunables
     policy: Callable[[], ControllerPolicy] = field(default=lambda: DEFAULT_POLICY)
+    # an engine's own health (base URL -> healthy): with it, a 5xx answer opens a circuit
+    # only when the engine is not healthy (``gridctl.router.confirming``)
+    health: HealthCheck | None = None
 
 
 def circuit_key(route: EngineRoute) -> CircuitKey:
@@ -93,7 +97,11 @@ def circuit_key(route: EngineRoute) -> CircuitKey:
 class Router:
     def __init__(self, context: RouterContext) -> None:
         self.ctx = context
-        self.breakers = context.breakers or Breakers(context.clock, self.breaker_tunables)
+        self.breakers = context.breakers or (
+            Breakers(context.clock, self.breaker_tunables)
+            if context.health is None
+            else ConfirmingBreakers(context.clock, self.breaker_tunables, context.health)
+        )
         self.attribution = context.attribution or Attribution(context.clock)
         # per model, the requests waiting for a slot, first come first: a released slot
         # wakes the first of its model's waiters only (waking every waiter of every model

@@ -60,7 +60,7 @@ async def test_metrics_carry_every_series_with_sensible_values(tmp_path: Path) -
         assert unknown.status_code == 404
         failing = {"model": "gemma", "messages": [{"role": "user", "content": FAILING_PROMPT}]}
         for _ in range(2):  # two engine failures in a row open local-1's circuit
-            assert (await h.client.post("/v1/chat/completions", json=failing)).status_code == 500
+            assert (await h.client.post("/v1/chat/completions", json=failing)).status_code == 503
         unplaceable = await h.client.post(
             "/v1/chat/completions",
             json={"model": "big", "messages": [{"role": "user", "content": "hi"}]},
