@@ -11,11 +11,13 @@ that only look finite: an integer literal longer than ``MAX_INTEGER_DIGITS``
 (past any field's documented range, and Python's own int limit raises on 4,300
 digits) and a float literal that overflows to infinity (``1e400``); and a string
 holding a lone surrogate (``"\\ud800"``), which no UTF-8 answer could repeat.
-Each is a 400 naming what was refused.
+Each is a 400 naming what was refused. A body that has not all arrived
+``BODY_SECONDS`` after its headers is a 408.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import re
@@ -26,6 +28,7 @@ from starlette.requests import Request
 from gridctl.errors import WireError
 
 MAX_JSON_DEPTH = 64
+BODY_SECONDS = 30.0  # from a request's headers to the last byte of its body
 MAX_INTEGER_DIGITS = 20  # a signed 64-bit integer has at most 19 digits
 
 
@@ -39,8 +42,28 @@ class BodyTooLarge(WireError):
         super().__init__(f"body larger than {limit} bytes")
 
 
-async def read_bounded(request: Request, limit: int) -> bytes:
-    """The whole body, or ``BodyTooLarge`` as soon as it exceeds ``limit`` bytes."""
+class BodyTooSlow(WireError):
+    """The body did not arrive within ``BODY_SECONDS`` (HTTP 408)."""
+
+    status = 408
+
+    def __init__(self, seconds: float):
+        super().__init__(f"body not received within {seconds:g} s")
+
+
+async def read_bounded(request: Request, limit: int, *, seconds: float | None = None) -> bytes:
+    """The whole body, or ``BodyTooLarge`` as soon as it exceeds ``limit`` bytes, or
+    ``BodyTooSlow`` when it has not all arrived ``seconds`` (``BODY_SECONDS``) after
+    the headers: half a body cannot hold a connection and its handler open."""
+    deadline = BODY_SECONDS if seconds is None else seconds
+    try:
+        async with asyncio.timeout(deadline):
+            return await _read_bounded(request, limit)
+    except TimeoutError:
+        raise BodyTooSlow(deadline) from None
+
+
+async def _read_bounded(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None:
         try:

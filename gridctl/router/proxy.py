@@ -151,8 +151,9 @@ class Router:
             body = await read_bounded(request, MAX_BODY_BYTES)
         except BodyTooLarge:
             return openai_error(413, "request body too large", "invalid_request_error")
-        except WireError as exc:
-            return openai_error(400, str(exc).removeprefix("/: "), "invalid_request_error")
+        except WireError as exc:  # 408 when the body did not arrive in time
+            status = getattr(exc, "status", 400)
+            return openai_error(status, str(exc).removeprefix("/: "), "invalid_request_error")
         try:
             payload = parse_json(body, empty={}, max_depth=MAX_BODY_DEPTH)
         except WireError as exc:
