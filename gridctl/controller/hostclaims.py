@@ -142,6 +142,12 @@ class ReportSequences:
             mark.retired.append(mark.boot_id)
             mark.boot_id, mark.sequence = str(boot_id), int(sequence)
 
+    def watermark(self, host_id: str) -> tuple[str, int] | None:
+        """The newest (boot id, sequence) accepted from ``host_id``, if any."""
+        with self._lock:
+            mark = self._marks.get(host_id)
+            return None if mark is None else (mark.boot_id, mark.sequence)
+
     def forget(self, host_id: str) -> None:
         with self._lock:
             self._marks.pop(host_id, None)
