@@ -6,12 +6,21 @@ is read, and capped while it streams in, so a peer that lies about its length
 (or sends it chunked) still cannot make the server buffer more than the limit.
 JSON nested deeper than ``MAX_JSON_DEPTH`` is refused as a 400 naming the
 limit, never a ``RecursionError``; ``NaN`` and ``Infinity`` are not JSON and are
-refused too, so nothing stored can later fail to serialise.
+refused too, so nothing stored can later fail to serialise. So are the numbers
+that only look finite: an integer literal longer than ``MAX_INTEGER_DIGITS``
+(past any field's documented range, and Python's own int limit raises on 4,300
+digits) and a float literal that overflows to infinity (``1e400``); and a string
+holding a lone surrogate (``"\\ud800"``), which no UTF-8 answer could repeat.
+Each is a 400 naming what was refused. A body that has not all arrived
+``BODY_SECONDS`` after its headers is a 408.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import math
+import re
 from typing import Any
 
 from starlette.requests import Request
@@ -19,6 +28,8 @@ from starlette.requests import Request
 from gridctl.errors import WireError
 
 MAX_JSON_DEPTH = 64
+BODY_SECONDS = 30.0  # from a request's headers to the last byte of its body
+MAX_INTEGER_DIGITS = 20  # a signed 64-bit integer has at most 19 digits
 
 
 class BodyTooLarge(WireError):
@@ -31,8 +42,28 @@ class BodyTooLarge(WireError):
         super().__init__(f"body larger than {limit} bytes")
 
 
-async def read_bounded(request: Request, limit: int) -> bytes:
-    """The whole body, or ``BodyTooLarge`` as soon as it exceeds ``limit`` bytes."""
+class BodyTooSlow(WireError):
+    """The body did not arrive within ``BODY_SECONDS`` (HTTP 408)."""
+
+    status = 408
+
+    def __init__(self, seconds: float):
+        super().__init__(f"body not received within {seconds:g} s")
+
+
+async def read_bounded(request: Request, limit: int, *, seconds: float | None = None) -> bytes:
+    """The whole body, or ``BodyTooLarge`` as soon as it exceeds ``limit`` bytes, or
+    ``BodyTooSlow`` when it has not all arrived ``seconds`` (``BODY_SECONDS``) after
+    the headers: half a body cannot hold a connection and its handler open."""
+    deadline = BODY_SECONDS if seconds is None else seconds
+    try:
+        async with asyncio.timeout(deadline):
+            return await _read_bounded(request, limit)
+    except TimeoutError:
+        raise BodyTooSlow(deadline) from None
+
+
+async def _read_bounded(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None:
         try:
@@ -55,8 +86,53 @@ def _refuse_constant(name: str) -> Any:
     raise WireError(f"{name} is not a JSON number")
 
 
+def _bounded_int(literal: str) -> int:
+    if len(literal.lstrip("-")) > MAX_INTEGER_DIGITS:
+        raise WireError(
+            f"integer literal of {len(literal)} characters: numbers have at most "
+            f"{MAX_INTEGER_DIGITS} digits"
+        )
+    return int(literal)
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):
+        raise WireError(f"number {literal[:40]} is out of range (not a finite double)")
+    return value
+
+
 # One decoder for every body (``json.loads`` with options builds one per call).
-_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+_DECODER = json.JSONDecoder(
+    parse_constant=_refuse_constant, parse_int=_bounded_int, parse_float=_finite_float
+)
+# a lone surrogate can only come from a ``\\uD8xx``-``\\uDFxx`` escape (the text itself
+# is decoded strictly): bodies without one skip the walk
+_SURROGATE_ESCAPE = re.compile(rb"\\[uU][dD][89a-fA-F]")
+
+
+def lone_surrogate_in(value: Any) -> bool:
+    """Whether any string (key or value) in ``value`` holds an unpaired surrogate."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _has_surrogate(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def _has_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def nested_deeper_than(value: Any, limit: int) -> bool:
@@ -88,11 +164,13 @@ def parse_json(body: bytes, *, empty: Any = None, max_depth: int = MAX_JSON_DEPT
         return empty
     too_deep = f"body is nested deeper than {max_depth} levels"
     try:
-        value = _DECODER.decode(body.decode(json.detect_encoding(body), "surrogatepass"))
+        value = _DECODER.decode(body.decode(json.detect_encoding(body)))
     except RecursionError:
         raise WireError(too_deep) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise WireError(f"body is not valid JSON: {exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
+        raise WireError(f"body is not valid JSON: {str(exc)[:200]}") from None
     if _brackets(body) > max_depth and nested_deeper_than(value, max_depth):
         raise WireError(too_deep)
+    if _SURROGATE_ESCAPE.search(body) and lone_surrogate_in(value):
+        raise WireError("a string holds a lone surrogate (\\ud800-\\udfff unpaired): not text")
     return value

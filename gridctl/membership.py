@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 import secrets
 import sqlite3
 import threading
@@ -29,6 +30,8 @@ from gridctl.errors import PermanentError
 
 DATABASE = "membership.sqlite3"
 ROUTER_KEY_PREFIX = "gridctl-rk"
+# names are printed in operators' terminals and logs: no spaces or control characters
+ROUTER_KEY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS bootstrap_secrets (
@@ -114,8 +117,17 @@ class Membership:
         )
         return f"{token_id}.{secret}"
 
-    def consume_bootstrap(self, presented: str, *, host_id: str, now: float) -> None:
-        """Mark the secret used by ``host_id`` or raise :class:`BootstrapRefused`."""
+    def consume_bootstrap(
+        self, presented: str, *, host_id: str, now: float, taken: bool = False
+    ) -> None:
+        """Mark the secret used by ``host_id`` or raise :class:`BootstrapRefused`.
+
+        A secret made for a host (``--host-id``) joins exactly that host, existing or
+        not: that is how an operator re-issues a host's identity. An unbound secret
+        only creates a new host: a ``host_id`` that has ever held a credential or
+        joined before, or that the caller says is ``taken`` (the controller knows it
+        from its registry), is refused with 409 and the secret stays unused.
+        """
         token_id, _, secret = presented.partition(".")
         if not token_id or not secret or len(presented) > 256:
             raise BootstrapRefused("malformed bootstrap secret")
@@ -143,6 +155,12 @@ class Membership:
                     raise BootstrapRefused(
                         f"bootstrap secret was made for host {row[1]}, not {host_id}", 403
                     )
+                if row[1] is None and (taken or self._host_known(host_id)):
+                    raise BootstrapRefused(
+                        f"host {host_id} is already in the fleet; an unbound join bundle only "
+                        f"creates a new host (ask for one made with --host-id {host_id})",
+                        409,
+                    )
                 self._db.execute(
                     "UPDATE bootstrap_secrets SET used_at = ?, used_by = ? WHERE id = ?",
                     (now, host_id, token_id),
@@ -151,6 +169,16 @@ class Membership:
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
+
+    def _host_known(self, host_id: str) -> bool:
+        """Whether ``host_id`` ever held a credential or joined (inside the transaction)."""
+        issued = self._db.execute(
+            "SELECT 1 FROM credentials WHERE host_id = ? LIMIT 1", (host_id,)
+        ).fetchone()
+        joined = self._db.execute(
+            "SELECT 1 FROM bootstrap_secrets WHERE used_by = ? LIMIT 1", (host_id,)
+        ).fetchone()
+        return issued is not None or joined is not None
 
     def bootstrap_rows(self) -> list[dict[str, Any]]:
         rows = self._db.execute(
@@ -236,8 +264,11 @@ class Membership:
 
     def create_router_key(self, name: str, *, now: float) -> tuple[str, str]:
         """A new router API key named ``name``: (key id, the key shown once)."""
-        if not name or len(name) > 64:
-            raise PermanentError("a router key name must be 1-64 characters")
+        if not ROUTER_KEY_NAME.fullmatch(name):
+            raise PermanentError(
+                "a router key name must be 1-64 letters, digits or . _ : @ - "
+                "(starting with a letter or digit)"
+            )
         key_id = "rk-" + secrets.token_hex(4)
         key = f"{ROUTER_KEY_PREFIX}.{key_id}.{secrets.token_urlsafe(24)}"
         try:

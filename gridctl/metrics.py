@@ -178,6 +178,17 @@ class _StateCollector(Collector):
                 )
         yield fetched
         yield in_flight
+        refused = CounterMetricFamily(
+            "gridctl_foreign_claims_refused",
+            "reports a node made about another host's actions or rows, refused",
+            labels=["sender", "owner", "kind"],
+        )
+        claims = ctl.registry.foreign_claims.snapshot()
+        for key, n in ctl.store.foreign_claims.snapshot().items():
+            claims[key] = claims.get(key, 0) + n
+        for (sender, owner, kind), n in sorted(claims.items()):
+            refused.add_metric([sender, owner, kind], n)
+        yield refused
 
 
 class ControllerMetrics:

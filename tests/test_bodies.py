@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gridctl.bodies import MAX_JSON_DEPTH, nested_deeper_than, parse_json
+from gridctl.bodies import MAX_INTEGER_DIGITS, MAX_JSON_DEPTH, nested_deeper_than, parse_json
 from gridctl.errors import WireError
 
 
@@ -41,6 +41,34 @@ def test_non_json_numbers_are_refused(constant: bytes) -> None:
         parse_json(b'{"x": ' + constant + b"}")
 
 
+@pytest.mark.parametrize(
+    "literal",
+    [b"1" + b"0" * MAX_INTEGER_DIGITS, b"-" + b"9" * 400, b"1" * 4301, b"7" * 100_000],
+)
+def test_integer_literals_past_the_limit_are_refused(literal: bytes) -> None:
+    with pytest.raises(WireError, match="integer literal"):
+        parse_json(b'{"capacity_mb": ' + literal + b"}")
+    assert parse_json(b"[" + b"9" * MAX_INTEGER_DIGITS + b"]") == [int("9" * MAX_INTEGER_DIGITS)]
+
+
+@pytest.mark.parametrize("literal", [b"1e400", b"-1e400", b"1" + b"0" * 400 + b".0", b"2e308"])
+def test_float_literals_that_overflow_are_refused(literal: bytes) -> None:
+    with pytest.raises(WireError, match="out of range"):
+        parse_json(b"[" + literal + b"]")
+    assert parse_json(b"[1e308, 5e-324, 1e-400]") == [1e308, 5e-324, 0.0]
+
+
+@pytest.mark.parametrize(
+    "text", [b'"\\ud800"', b'"a\\uDFFF"', b'{"\\udbff": 1}', b'"\\ude00\\ud83d"']
+)
+def test_lone_surrogates_are_refused_and_pairs_are_text(text: bytes) -> None:
+    with pytest.raises(WireError, match="lone surrogate"):
+        parse_json(b"[" + text + b"]")
+    assert parse_json(b'["\\ud83d\\ude00"]') == ["\U0001f600"]
+    with pytest.raises(WireError, match="not valid JSON"):
+        parse_json(b'["\xed\xa0\x80"]')  # a surrogate encoded as raw bytes is not UTF-8
+
+
 def test_empty_body_is_the_callers_default_and_garbage_names_the_problem() -> None:
     assert parse_json(b"", empty={}) == {}
     with pytest.raises(WireError, match="not valid JSON"):
@@ -57,7 +85,10 @@ def depth_of(value: Any) -> int:
 
 
 json_values = st.recursive(
-    st.none() | st.integers() | st.text(alphabet='[]{}ab"\\', max_size=6),
+    st.none()
+    | st.integers(-(10**MAX_INTEGER_DIGITS) + 1, 10**MAX_INTEGER_DIGITS - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(alphabet='[]{}ab"\\', max_size=6),
     lambda inner: (
         st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
     ),

@@ -4,7 +4,8 @@ Why it exists: an air-gapped fleet needs an origin it controls, the tests need a
 real one, and a node that holds a verified artifact serves it to its peers so N
 hosts cost the origin one download. Two layouts:
 
-* ``/{owner}/{repo}/resolve/{rev}/{path}`` → ``ROOT/owner/repo/path`` (any ``rev``);
+* ``/{owner}/{repo}/resolve/{rev}/{path}`` → ``ROOT/owner/repo/path`` (any ``rev``),
+  only when its real path (symlinks resolved) stays inside ``ROOT``;
 * ``/sha256/{digest}`` → a cache's ``objects/<digest>.gguf`` (a node's peer mirror).
 
 Every response honours one ``Range: bytes=a-b`` (206 with ``Content-Range``; 416
@@ -148,11 +149,21 @@ def file_response(
 
 
 def _inside(root: Path, *parts: str) -> Path | None:
-    # Lexical containment: no empty, dot or dot-dot segment can climb out of ROOT.
-    # Symlinks inside ROOT are followed on purpose (a Hugging Face cache links to blobs).
+    """``root/parts`` when it stays inside ``root`` (already resolved), else None.
+
+    Lexically no empty, dot or dot-dot segment may climb out; then every symlink on
+    the way is resolved and the real path must still lie under ``root``. Links that
+    stay inside are followed on purpose (a Hugging Face cache links snapshots to
+    ``blobs/``); a link to ``/etc`` or to a sibling directory is not found.
+    """
     if any(p in ("", ".", "..") or "\\" in p or "\0" in p for p in parts):
         return None
-    return root.joinpath(*parts)
+    target = root.joinpath(*parts)
+    try:
+        real = target.resolve(strict=False)
+    except (OSError, RuntimeError):  # a symlink loop
+        return None
+    return target if real.is_relative_to(root) else None
 
 
 def _authorized(request: Request, token: str | None) -> bool:

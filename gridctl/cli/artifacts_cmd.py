@@ -30,6 +30,7 @@ from gridctl.artifacts.sources import (
     read_token_file,
     remote_source,
 )
+from gridctl.controller.onewrite import OneWriteHttpToolsProtocol
 from gridctl.errors import GridctlError
 
 _SHA256 = re.compile(r"^[0-9a-fA-F]{64}\Z")
@@ -163,6 +164,8 @@ def _serve(args: argparse.Namespace) -> int:
         port=port,
         log_level="warning",
         access_log=False,
+        http=OneWriteHttpToolsProtocol,  # a peer gets HEADER_SECONDS to send its headers
+        timeout_keep_alive=5,
         ssl_certfile=str(args.tls_cert) if tls else None,
         ssl_keyfile=str(args.tls_key) if tls else None,
     )

@@ -18,6 +18,7 @@ from gridctl.cli.drain_check import stuck_replicas
 from gridctl.cli.reasons import explain
 from gridctl.client import ControllerClient, ControllerError, add_ca_file_argument
 from gridctl.errors import issue_json_text
+from gridctl.printable import one_line
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -230,7 +231,8 @@ def render_status(doc: dict[str, Any]) -> str:
     report = drift_report(doc)
     lines.append("in sync with git" if report["in_sync"] else f"drift ({len(report['drift'])}):")
     lines.extend(f"  {line}" for line in report["drift"])
-    return "\n".join(lines)
+    # hosts report states, messages and names: none of it may act on the terminal
+    return "\n".join(one_line(line) for line in lines)
 
 
 def fail(exc: ControllerError) -> int:

@@ -31,6 +31,7 @@ from gridctl.credentials import (
 from gridctl.errors import GridctlError
 from gridctl.membership import DATABASE as MEMBERSHIP_DATABASE
 from gridctl.membership import Membership
+from gridctl.printable import one_line
 
 
 def default_controller_state() -> Path:
@@ -235,7 +236,7 @@ def run_router_ls(args: argparse.Namespace) -> int:
         return 0
     for row in rows:
         state = "revoked" if row["revoked_at"] else "active"
-        print(f"{row['id']:<14} {row['name']:<24} {state}")
+        print(f"{row['id']:<14} {one_line(row['name']):<24} {state}")  # names predate the rule
     return 0
 
 

@@ -29,6 +29,7 @@ from gridctl.fleetrun import (
     start_fleet,
     stop_fleet,
 )
+from gridctl.printable import one_line
 
 
 def _machines(value: str) -> int:
@@ -220,7 +221,8 @@ class Follower:
                 f"{stamp} {name}: {event.get('model_id') or ''}{where} "
                 f"{event.get('message') or ''}".rstrip()
             )
-        return lines
+        # node-reported states, messages and sources: printed, never acted on by the terminal
+        return [one_line(line) for line in lines]
 
     def _prime(self, doc: dict[str, Any], stamp: str) -> list[str]:
         """Join a running fleet: its residencies and transfers as they are now, and its

@@ -107,6 +107,10 @@ COMPILED_SCHEMAS = (
 # while "no character follows" means the end of the string to every engine.
 _PORTABLE_PATTERN = re.compile(r"^[\x20-\x5b\x5d-\x7e]*$")
 END = r"(?![\s\S])"
+# Escaped patterns checked by hand to mean the same in both engines: the printable
+# text classes of ``defs/identifiers.schema.json`` (``label`` and ``message``). Both
+# engines read ``\xHH`` as one code point and a negated class as "any other one".
+_SAME_IN_BOTH = frozenset({r"^[^\x00-\x1f\x7f]*", r"^[^\x00-\x08\x0b-\x1f\x7f]*"})
 
 
 @cache
@@ -134,8 +138,10 @@ def _portable(node: Any) -> bool:
     if "patternProperties" in node or "format" in node:
         return False
     pattern = node.get("pattern")
-    if isinstance(pattern, str) and not _PORTABLE_PATTERN.match(pattern.removesuffix(END)):
-        return False
+    if isinstance(pattern, str):
+        body = pattern.removesuffix(END)
+        if body not in _SAME_IN_BOTH and not _PORTABLE_PATTERN.match(body):
+            return False
     return all(_portable(value) for value in node.values())
 
 

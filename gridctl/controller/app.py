@@ -77,6 +77,8 @@ def guarded(handler: Handler) -> Handler:
                 str(exc.args[0]) if exc.args else "bad request",
                 exc.pointer,
             )
+        except PermanentError as exc:  # a conflict with what the controller holds
+            return error(409, str(exc))
 
     return wrapper
 

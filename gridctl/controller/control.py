@@ -199,7 +199,7 @@ class Controller:
         )
         acks = payload.get("acknowledgements", []) or []
         for ack in acks:
-            self._apply_ack(ack)
+            self._apply_ack(ack, host_id)
         planned_at = self._planned_at
         stale = (
             before is None
@@ -220,7 +220,7 @@ class Controller:
         )
         return self.note_input(semantic=semantic, safety=changed)
 
-    def _apply_ack(self, ack: dict[str, Any]) -> None:
+    def _apply_ack(self, ack: dict[str, Any], host_id: str) -> None:
         duration = ack.get("duration_seconds")
         receipt = Receipt(
             action_id=str(ack["action_id"]),
@@ -230,7 +230,7 @@ class Controller:
             artifact_fetched=bool(ack.get("artifact_fetched", False)),
             observed_at=self.clock(),  # controller receipt time fences observations
         )
-        result = self.store.record_acknowledgement(receipt, self.policy())
+        result = self.store.record_acknowledgement(receipt, self.policy(), host_id=host_id)
         if result is None or not result.decision.changed or result.entry is None:
             return
         entry = result.entry

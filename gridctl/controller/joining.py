@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -45,9 +46,9 @@ from gridctl.credentials import (
     token_key_id,
     verification_keys,
 )
-from gridctl.errors import WireError
+from gridctl.errors import PermanentError, WireError
 from gridctl.fleetca import FleetCA, PkiError, bundle_digest, fingerprint, load_certificates
-from gridctl.membership import BootstrapRefused, Membership
+from gridctl.membership import ROUTER_KEY_NAME, BootstrapRefused, Membership
 from gridctl.transport import address_family, is_loopback
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,14 @@ log = logging.getLogger(__name__)
 JOIN_BUNDLE_KIND = "gridctl/join-bundle-v1"
 DEFAULT_JOIN_TTL_SECONDS = 3600.0
 MAX_ADDRESSES = 8
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+
+
+def _url_host(url: str | None) -> frozenset[str]:
+    host = urlsplit(url).hostname if url else None
+    return frozenset({host.lower()}) if host else frozenset()
+
+
 DIGEST_SECONDS = 1.0  # a CA rotation reaches heartbeat answers within this
 VERIFIED_MEMORY = 16384  # remembered verified credentials (a fleet's worth, twice over)
 
@@ -91,6 +100,12 @@ class FleetIdentity:
         self._digest_of = ("", "")
         self._digest_checked = 0.0
         self._verified: dict[str, dict[str, object]] = {}  # token -> claims, signature checked
+        # whether the controller already knows a host id (its registry): an unbound join
+        # bundle may not take it over
+        self.known_host: Callable[[str], bool] | None = None
+        # the names the controller's own certificate carries (and loopback): a node's
+        # certificate may never name them, or that node could answer as the controller
+        self.controller_names: frozenset[str] = frozenset(LOOPBACK_NAMES) | _url_host(public_url)
 
     # --- the operator capability (re-read when the file is rotated) -------------------
 
@@ -212,6 +227,15 @@ class FleetIdentity:
             answer["engine_certificate"] = self.ca.sign_csr(csr, addresses, now=self.wall())
         return answer
 
+    def _refuse_controller_names(self, addresses: Sequence[str]) -> None:
+        for index, address in enumerate(addresses):
+            if address.lower() in self.controller_names:
+                raise WireError(
+                    f"{address} names the controller (or loopback); a node certificate may "
+                    "name only the node's own addresses",
+                    f"/advertise/{index}",
+                )
+
     # --- HTTP -------------------------------------------------------------------------
 
     def routes(self) -> list[Route]:
@@ -238,11 +262,13 @@ class FleetIdentity:
         if host_id is not None and not isinstance(host_id, str):
             raise WireError("host_id must be a string", "/host_id")
         addresses = _addresses(body)
+        self._refuse_controller_names(addresses)
         csr = _string(body, "csr", 16 * 1024)
         host_id = host_id or new_host_id()
         if not 0 < len(host_id) <= 128:
             raise WireError("host_id must be 1-128 characters", "/host_id")
-        self.membership.consume_bootstrap(secret, host_id=host_id, now=self.clock())
+        taken = self.known_host is not None and self.known_host(host_id)
+        self.membership.consume_bootstrap(secret, host_id=host_id, now=self.clock(), taken=taken)
         log.info("host %s joined advertising %s", host_id, ", ".join(addresses))
         return JSONResponse(self._answer(host_id, addresses, csr))
 
@@ -266,6 +292,8 @@ class FleetIdentity:
             raise WireError("csr must be a PEM string", "/csr")
         if csr is not None and not granted:
             raise WireError("this credential advertises no address to certify", "/csr")
+        if csr is not None:
+            self._refuse_controller_names(granted)
         return JSONResponse(self._answer(host_id, granted, csr))
 
     async def _join_token(self, request: Request) -> Response:
@@ -301,6 +329,11 @@ class FleetIdentity:
         require_operator(request, self.operator_token())
         body = await _object(request)
         name = _string(body, "name", 64)
+        if not ROUTER_KEY_NAME.fullmatch(name):
+            raise WireError(
+                "name must be letters, digits or . _ : @ - (starting with a letter or digit)",
+                "/name",
+            )
         key_id, key = self.membership.create_router_key(name, now=self.clock())
         return JSONResponse({"id": key_id, "name": name, "key": key})
 
@@ -328,6 +361,8 @@ async def _guard(handler: Callable[[Request], Any], request: Request) -> Respons
         return _error(status, str(exc.args[0]) if exc.args else "bad request", exc.pointer)
     except CredentialError as exc:
         return _error(400, str(exc))
+    except PermanentError as exc:  # a conflict with what exists (a router key's name)
+        return _error(409, str(exc))
 
 
 def _error(status: int, message: str, pointer: str | None = None) -> JSONResponse:

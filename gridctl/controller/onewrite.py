@@ -10,6 +10,11 @@ write, and a streamed one goes out chunk by chunk as before, never held past the
 step that produced it. A response's last write is sent the moment the response is
 complete, before the work that follows it in the same step (the app's background
 tasks, unwinding the middleware, arming the keep-alive timer).
+
+It also bounds how long a peer may take to send a request's headers: a
+connection that sends nothing, or starts a request and never finishes its
+headers, is closed after ``HEADER_SECONDS`` (uvicorn itself only times out
+idle keep-alive connections; the body's own deadline is ``gridctl.bodies``).
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import asyncio
 from collections.abc import Callable
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+HEADER_SECONDS = 10.0  # from a connection's first byte (or its opening) to a request's headers
 
 
 class _JoinedWrites:
@@ -65,9 +72,39 @@ class _JoinedWrites:
 
 
 class OneWriteHttpToolsProtocol(HttpToolsProtocol):
-    """``HttpToolsProtocol`` whose responses are sent with one write per loop step."""
+    """``HttpToolsProtocol`` whose responses are sent with one write per loop step, and
+    whose peers get ``HEADER_SECONDS`` to send each request's headers."""
+
+    _header_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_header_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_header_timer()
+        super().connection_lost(exc)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._header_timer is None:  # a kept-alive connection's next request began
+            self._arm_header_timer()
+
+    def _arm_header_timer(self) -> None:
+        self._header_timer = self.loop.call_later(HEADER_SECONDS, self._headers_late)
+
+    def _disarm_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _headers_late(self) -> None:
+        self._header_timer = None
+        if not self.transport.is_closing():
+            self.transport.close()
 
     def on_headers_complete(self) -> None:
+        self._disarm_header_timer()
         super().on_headers_complete()
         cycle = self.cycle
         if cycle is not None and cycle.transport is self.transport:

@@ -23,6 +23,7 @@ from gridctl.config import resolving
 from gridctl.config.schemas import conforms, fill_defaults, validator
 from gridctl.config.snapshots import host_state_of, residency_from_row
 from gridctl.config.yamlsource import escape_pointer_token
+from gridctl.controller.hostclaims import ForeignClaims, ReportSequences, check_rows_are_own
 from gridctl.domain import (
     CachedArtifact,
     FleetSnapshot,
@@ -185,6 +186,9 @@ class Registry:
         self._active: dict[tuple[str, str], int] = {}  # (host, model) -> router-owned count
         self._last_used: dict[str, float] = {}  # model -> controller-clock watermark
         self.route_lease_seconds = route_lease_seconds
+        # a node speaks only for itself, and only forward (``hostclaims``)
+        self.foreign_claims = ForeignClaims()
+        self.sequences = ReportSequences()
         # how many routes appeared (a new endpoint, never probed): the probe loop probes
         # soon after this moves instead of at its next period
         self.routes_added = 0
@@ -200,6 +204,7 @@ class Registry:
         if payload["host_id"] != host_id:
             raise WireError("host_id does not match the URL", "/host_id")
         with self._lock:
+            self._admit(host_id, payload)
             prior = self._hosts.get(host_id)
             record = self._build(host_id, payload, now, prior, registering=True)
             self._store(host_id, record)
@@ -263,6 +268,7 @@ class Registry:
             prior = self._hosts.get(host_id)
             if prior is None:
                 raise WireError("host is not registered; PUT /nodes/{host_id} first", "/node_id")
+            self._admit(host_id, payload)
             merged = {
                 "role": prior.role,
                 "host_id": host_id,
@@ -275,6 +281,12 @@ class Registry:
             record.active_tasks = int(load.get("active_tasks", 0))
             self._store(host_id, record)
             return record
+
+    def _admit(self, host_id: str, payload: dict[str, Any]) -> None:
+        """Under the lock, before anything changes: the report speaks only for its own
+        host and comes after every report already accepted from it."""
+        check_rows_are_own(host_id, payload, self.foreign_claims)
+        self.sequences.admit(host_id, payload)
 
     def _store(self, host_id: str, record: HostRecord | None) -> None:
         """Under the lock: put (or, with None, forget) a host's record and keep the
@@ -317,24 +329,24 @@ class Registry:
             raise WireError("resources are required", "/resources")
         envelope = payload.get("allocator")
         reasons: list[str] = []
+        rows: list[Any] = []
         if envelope is None and prior is not None:
             state, reported = prior.state, prior.reported_state
             residencies, cached = prior.residencies, prior.cached
             capabilities, key = prior.capabilities, None
-            rows: list[Any] = []
         else:
             assert envelope is not None
             reported = str(envelope.get("state"))
             state = host_state_of(reported)
             if state is HostState.UNHEALTHY and reported != HostState.UNHEALTHY.value:
                 reasons.append(f"unknown host lifecycle {reported!r}")
-            rows = list(envelope.get("residencies", []))
             parsed: list[Residency] = []
-            for index, row in enumerate(rows):
+            for index, row in enumerate(envelope.get("residencies", [])):
                 residency = residency_from_row(row, now)
                 if residency is None:
                     reasons.append(f"malformed residency row {index}")
                     continue
+                rows.append(row)  # only validated rows reach routes and queues
                 parsed.append(residency)
             residencies = _steady_residencies(parsed, prior)
             cached = _steady_ages(
@@ -350,7 +362,8 @@ class Registry:
             routes = self._routes(host_id, rows, residencies, key, prior)
         network = payload.get("network")
         if not isinstance(network, dict):
-            network = dict(prior.network) if prior is not None else {}
+            # a registration without the section clears it; a heartbeat never carries it
+            network = dict(prior.network) if prior is not None and not registering else {}
         return HostRecord(
             host_id=host_id,
             node_id=host_id,

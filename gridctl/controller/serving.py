@@ -163,6 +163,9 @@ class ControllerService:
             else None
         )
         self.registry = Registry()
+        if self.identity is not None:  # a join bundle never takes over a host in the registry
+            self.identity.known_host = lambda host_id: self.registry.host(host_id) is not None
+            self.identity.controller_names |= {n.lower() for n in serving_names(options.host)}
         self.store = open_store(state_dir, clock=clock, shared=options.store)
         desired: DesiredProvider
         if options.watch_dir is not None or options.source.repo_url is not None:
@@ -486,6 +489,7 @@ class ControllerService:
                 tap=self.tap,
                 upstream=engines,
                 policy=self.controller.policy,
+                health=lambda endpoint: self._answers(upstream, endpoint),
             )
         )
         self.router = router

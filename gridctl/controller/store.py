@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from gridctl.controller import store_rows
+from gridctl.controller.hostclaims import ForeignClaims
 from gridctl.controller.stores import Backend, Transaction
 from gridctl.controller.stores.sqlite import SqliteBackend
 from gridctl.domain import ControllerPolicy, Mode, Receipt, ReceiptStatus
@@ -76,6 +77,7 @@ class ControllerStore:
         self._clock = clock
         self._lock = threading.RLock()
         self._history_limit = history_limit
+        self.foreign_claims = ForeignClaims()  # acknowledgements of another host's actions
         self._session = secrets.token_hex(8)
         if backend is None:
             backend = SqliteBackend(Path(state_dir) if state_dir is not None else None, clock())
@@ -353,9 +355,11 @@ class ControllerStore:
         return ControllerMemory(withdrawn=withdrawn, tombstones=tombstones)
 
     def record_acknowledgement(
-        self, receipt: Receipt, policy: ControllerPolicy | None = None
+        self, receipt: Receipt, policy: ControllerPolicy | None = None, *, host_id: str | None
     ) -> AckResult | None:
-        """Apply one acknowledgement; None for an unknown action (nothing is written)."""
+        """Apply one acknowledgement sent by ``host_id``; None for an unknown action or
+        another host's (nothing is written; the foreign one is counted and logged).
+        ``host_id`` None is an in-process caller that speaks for every host."""
         policy = policy or ControllerPolicy()
         now = self._clock()
         with self._tx() as conn:
@@ -365,6 +369,11 @@ class ControllerStore:
             if row is None:
                 return None
             record = store_rows.record_from_row(row)
+            if host_id is not None and record.host_id != host_id:
+                self.foreign_claims.refuse(
+                    host_id, record.host_id, "acknowledgement", receipt.action_id
+                )
+                return None
             decision = judge_acknowledgement(
                 record.status, receipt.status, acknowledged=record.acknowledged
             )

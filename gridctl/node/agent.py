@@ -25,8 +25,10 @@ commands to it.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+import secrets
 import ssl
 import time
 from collections.abc import Callable
@@ -106,6 +108,10 @@ class NodeAgent:
         self._client = httpx.Client(timeout=request_timeout, transport=transport, verify=verify)
         self.registered = False
         self.stopping = False
+        # every report carries this run's boot id and a sequence that only grows, so
+        # the controller refuses a replayed or overtaken one (``controller.hostclaims``)
+        self.boot_id = secrets.token_hex(8)
+        self._sequence = itertools.count(1)
         self.artifact_mirror: str | None = None  # base URL of this node's peer mirror
         self.status: dict[str, Any] = {
             "instance_id": instance_id,
@@ -184,11 +190,13 @@ class NodeAgent:
         # keep-alive connection turns out closed under it, it is sent once more at once
         tries = 2 if path.endswith("/heartbeat") and body.get("request_commands") is False else 1
         for attempt in range(1, tries + 1):
+            # a fresh sequence per attempt: a resend is a new report, never a replay
+            stamped = {**body, "boot_id": self.boot_id, "sequence": next(self._sequence)}
             try:
                 return self._client.request(
                     method,
                     f"{to or self.base_url}{path}",
-                    json=body,
+                    json=stamped,
                     headers={NODE_TOKEN_HEADER: self._token()},
                     timeout=MIRROR_TIMEOUT_SECONDS if short else httpx.USE_CLIENT_DEFAULT,
                 )

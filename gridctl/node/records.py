@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gridctl.domain.states import ResidencyState
+from gridctl.printable import lines, one_line
 
 
 @dataclass(frozen=True)
@@ -98,13 +99,13 @@ class Receipt:
         ack: dict[str, object] = {
             "action_id": self.action_id,
             "status": self.status,
-            "message": self.message[:4096],
+            "message": lines(self.message, 4096),  # an engine's error may hold escapes
             "duration_seconds": self.duration_seconds,
             "artifact_fetched": self.artifact_fetched,
             "observed_at": self.finished_at,
         }
         if self.reason:
-            ack["reason"] = self.reason[:128]
+            ack["reason"] = one_line(self.reason, 128)
         return ack
 
 

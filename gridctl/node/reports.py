@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from gridctl.domain.states import HostState, ResidencyState
 from gridctl.node.gpus import GpuFacts
 from gridctl.node.records import CachedArtifact, Receipt, ResidencyRecord, Transfer
+from gridctl.printable import lines, one_line
 from gridctl.transport import address_family
 
 SCHEMA_VERSION = 1
@@ -83,8 +84,24 @@ def resources(facts: HostFacts, sample: ResourceSample) -> dict[str, object]:
     }
 
 
+MAX_AGE_SECONDS = 315_576_000  # the wire schemas' bound on ages (ten years)
+
+
 def _age(since: float | None, now: float) -> float | None:
-    return None if since is None else round(max(0.0, now - since), 3)
+    return None if since is None else round(min(max(0.0, now - since), MAX_AGE_SECONDS), 3)
+
+
+GGUF_TEXT_LIMITS = {"architecture": 128, "name": 512, "unreadable": 512}
+
+
+def _printable_gguf(summary: dict[str, object]) -> dict[str, object]:
+    """A GGUF header summary with its strings made printable: they come from the file."""
+    clean = dict(summary)
+    for key, limit in GGUF_TEXT_LIMITS.items():
+        value = clean.get(key)
+        if isinstance(value, str):
+            clean[key] = (lines if key == "unreadable" else one_line)(value, limit)
+    return clean
 
 
 def residency_row(
@@ -124,7 +141,7 @@ def cached_row(entry: CachedArtifact, now: float) -> dict[str, object]:
         "last_used_age_seconds": _age(entry.last_used_at, now),
     }
     if entry.gguf is not None:
-        row["gguf"] = entry.gguf
+        row["gguf"] = _printable_gguf(entry.gguf)
     return row
 
 
@@ -132,7 +149,7 @@ def transfer_row(transfer: Transfer) -> dict[str, object]:
     return {
         "model_id": transfer.model_id,
         "artifact_sha256": transfer.sha256,
-        "source": transfer.source,
+        "source": one_line(transfer.source, 2048),
         "bytes_done": transfer.bytes_done,
         "bytes_total": transfer.bytes_total,
         "rate_bytes_per_second": transfer.rate_bytes_per_second,

@@ -35,7 +35,9 @@ from gridctl.router.answers import WholeAnswer, openai_error
 from gridctl.router.attribution import NO_ESTIMATE, Attribution
 from gridctl.router.breakers import Breakers, BreakerTunables, CircuitKey
 from gridctl.router.choosing import Candidate, choose, token_hint
+from gridctl.router.confirming import ConfirmingBreakers, HealthCheck
 from gridctl.router.features import RequestFeatures, request_features
+from gridctl.router.requestshape import refused_shape
 from gridctl.router.sse import UsageParser, completion_tokens
 from gridctl.router.telemetry import RequestObservation, TelemetryTap
 from gridctl.router.unbound import (
@@ -85,6 +87,9 @@ class RouterContext:
     endpoints_of: Callable[[str], tuple[str, ...] | None] | None = None
     # the controller policy in force: circuit, attribution and affinity tunables
     policy: Callable[[], ControllerPolicy] = field(default=lambda: DEFAULT_POLICY)
+    # an engine's own health (base URL -> healthy): with it, a 5xx answer opens a circuit
+    # only when the engine is not healthy (``gridctl.router.confirming``)
+    health: HealthCheck | None = None
 
 
 def circuit_key(route: EngineRoute) -> CircuitKey:
@@ -94,7 +99,11 @@ def circuit_key(route: EngineRoute) -> CircuitKey:
 class Router:
     def __init__(self, context: RouterContext) -> None:
         self.ctx = context
-        self.breakers = context.breakers or Breakers(context.clock, self.breaker_tunables)
+        self.breakers = context.breakers or (
+            Breakers(context.clock, self.breaker_tunables)
+            if context.health is None
+            else ConfirmingBreakers(context.clock, self.breaker_tunables, context.health)
+        )
         self.attribution = context.attribution or Attribution(context.clock)
         # per model, the requests waiting for a slot, first come first: a released slot
         # wakes the first of its model's waiters only (waking every waiter of every model
@@ -144,8 +153,9 @@ class Router:
             body = await read_bounded(request, MAX_BODY_BYTES)
         except BodyTooLarge:
             return openai_error(413, "request body too large", "invalid_request_error")
-        except WireError as exc:
-            return openai_error(400, str(exc).removeprefix("/: "), "invalid_request_error")
+        except WireError as exc:  # 408 when the body did not arrive in time
+            status = getattr(exc, "status", 400)
+            return openai_error(status, str(exc).removeprefix("/: "), "invalid_request_error")
         try:
             payload = parse_json(body, empty={}, max_depth=MAX_BODY_DEPTH)
         except WireError as exc:
@@ -153,6 +163,9 @@ class Router:
             return openai_error(400, message, "invalid_request_error")
         if not isinstance(payload, dict):
             return openai_error(400, "request body must be a JSON object", "invalid_request_error")
+        malformed = refused_shape(endpoint, payload)  # never forwarded: see requestshape
+        if malformed is not None:
+            return malformed
         if self.unbound is not None and unbound_request(payload):  # workload demand
             return await self._forward_unbound(
                 self.unbound, request, endpoint, path, payload, len(body)

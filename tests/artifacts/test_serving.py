@@ -82,3 +82,35 @@ def test_a_token_guards_every_route(tmp_path: Path) -> None:
             assert ok.status_code == 200 and ok.content == DATA
 
     asyncio.run(run())
+
+
+def test_symlinks_are_followed_only_while_they_stay_inside_the_root(tmp_path: Path) -> None:
+    """A Hugging Face cache links snapshots to ``blobs/`` (inside the root): served. A link
+    to a file or directory outside the root (``/etc``, a sibling directory): 404."""
+    hub = tmp_path / "hub"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_bytes(b"not for peers")
+    repo = hub / "acme" / "cached"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "blobs" / "0123abcd").write_bytes(DATA)
+    (repo / "snapshots" / "main").mkdir(parents=True)
+    (repo / "snapshots" / "main" / "m.gguf").symlink_to(Path("../../blobs/0123abcd"))
+    (repo / "etc").symlink_to(outside)  # a directory link out of the root
+    (repo / "secret.txt").symlink_to(outside / "secret.txt")  # a file link out
+    (repo / "passwd").symlink_to(Path("/etc/passwd"))
+    (repo / "loop").symlink_to(repo / "loop")
+
+    async def run() -> None:
+        app = build_app(hub)
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://t"
+        ) as client:
+            linked = await client.get("/acme/cached/resolve/main/snapshots/main/m.gguf")
+            assert linked.status_code == 200 and linked.content == DATA
+            for path in ("etc/secret.txt", "secret.txt", "passwd", "loop"):
+                answer = await client.get(f"/acme/cached/resolve/main/{path}")
+                assert answer.status_code == 404, path
+                assert b"not for peers" not in answer.content and b"root:" not in answer.content
+
+    asyncio.run(run())

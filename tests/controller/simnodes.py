@@ -37,13 +37,14 @@ FAILING_PROMPT = "engine, fail this request"
 
 def engine_handler(request: httpx.Request) -> httpx.Response:
     """A child engine behind ``httpx.MockTransport``: healthy, and answering only with its key
-    (a 500 for a chat that contains ``FAILING_PROMPT``)."""
+    (a 503 for a chat that contains ``FAILING_PROMPT``: the engine itself failing, which
+    its breaker counts without asking its health)."""
     if request.url.path.endswith("/health"):
         return httpx.Response(200, json={"status": "ok"})
     if request.headers.get("authorization", "").startswith("Bearer engine-key-"):
         body = json.loads(request.content)
         if FAILING_PROMPT in json.dumps(body.get("messages", [])):
-            return httpx.Response(500, json={"error": "engine failure"})  # a real 5xx path
+            return httpx.Response(503, json={"error": "engine failure"})  # a real 5xx path
         return httpx.Response(
             200,
             json={

@@ -59,7 +59,7 @@ def _unload_finished(svc: Any) -> None:
     pending = queued(ActionKind.UNLOAD, "h1", "m")
     svc.controller.store.apply_tick([pending], [], ControllerMemory())
     svc.controller.store.record_acknowledgement(
-        Receipt(action_id=pending.action.action_id, status=ReceiptStatus.SUCCEEDED)
+        Receipt(action_id=pending.action.action_id, status=ReceiptStatus.SUCCEEDED), host_id=None
     )
 
 

@@ -281,7 +281,10 @@ async def test_router_demand_wakes_the_tick_loop_but_holds_back_no_poll(quiet: A
         ctl.wake.clear()
         ticks, demand = ctl.view.ticks, ctl.demand.revision
         for _ in range(5):
-            answer = await client.post("/v1/chat/completions", json={"model": "gemma"})
+            answer = await client.post(
+                "/v1/chat/completions",
+                json={"model": "gemma", "messages": [{"role": "user", "content": "hi"}]},
+            )
             assert answer.status_code == 503
         assert service.tap.flush()  # the observations reached the demand book
         assert ctl.demand.revision > demand

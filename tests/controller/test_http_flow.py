@@ -93,10 +93,16 @@ async def test_unknown_model_is_404_and_unserved_configured_model_is_503(setup: 
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url="http://ctl"
     ) as client:
-        missing = await client.post("/v1/chat/completions", json={"model": "nope"})
+        missing = await client.post(
+            "/v1/chat/completions",
+            json={"model": "nope", "messages": [{"role": "user", "content": "hi"}]},
+        )
         assert missing.status_code == 404
         assert missing.json()["error"]["code"] == "model_not_found"
-        unserved = await client.post("/v1/chat/completions", json={"model": "gemma"})
+        unserved = await client.post(
+            "/v1/chat/completions",
+            json={"model": "gemma", "messages": [{"role": "user", "content": "hi"}]},
+        )
         assert unserved.status_code == 503
         assert "gemma" in unserved.json()["error"]["message"]
 

@@ -47,7 +47,8 @@ def learn_warm(svc: ControllerService, host_id: str, model: str, seconds: float,
         pending = queued(ActionKind.WARM, host_id, model, sha=GEMMA_SHA, attempt=attempt)
         svc.controller.store.apply_tick([pending], [], ControllerMemory())
         svc.controller.store.record_acknowledgement(
-            Receipt(pending.action.action_id, ReceiptStatus.SUCCEEDED, duration_seconds=seconds)
+            Receipt(pending.action.action_id, ReceiptStatus.SUCCEEDED, duration_seconds=seconds),
+            host_id=None,
         )
 
 

@@ -27,7 +27,7 @@ def _sqlite_state(state: Path, clock: FakeClock) -> ControllerStore:
     store.apply_tick([done, waiting], [], memory)
     store.mark_delivered([waiting.action_id])
     store.record_acknowledgement(
-        Receipt(done.action_id, ReceiptStatus.SUCCEEDED, "ok", duration_seconds=4.0)
+        Receipt(done.action_id, ReceiptStatus.SUCCEEDED, "ok", duration_seconds=4.0), host_id=None
     )
     store.set_mode_override(Mode.AUTOMATIC)
     store.save_profiles("rev1", {"documents": {}})

@@ -80,31 +80,31 @@ def _ack(action_id: str, status: ReceiptStatus, **kw: object) -> Receipt:
 def test_acknowledgements_duplicates_late_completion_and_conflicts(store: ControllerStore) -> None:
     a, b = queued(), queued(ActionKind.DRAIN, cls=None)
     store.apply_tick([a, b], [], ControllerMemory())
-    first = store.record_acknowledgement(_ack(a.action_id, ReceiptStatus.SUCCEEDED))
+    first = store.record_acknowledgement(_ack(a.action_id, ReceiptStatus.SUCCEEDED), host_id=None)
     assert first is not None and first.decision.outcome is AckOutcome.APPLIED
     assert first.entry is not None and first.entry.acknowledged
-    dup = store.record_acknowledgement(_ack(a.action_id, ReceiptStatus.SUCCEEDED))
+    dup = store.record_acknowledgement(_ack(a.action_id, ReceiptStatus.SUCCEEDED), host_id=None)
     assert dup is not None and dup.decision.outcome is AckOutcome.DUPLICATE
-    clash = store.record_acknowledgement(_ack(a.action_id, ReceiptStatus.FAILED))
+    clash = store.record_acknowledgement(_ack(a.action_id, ReceiptStatus.FAILED), host_id=None)
     assert clash is not None and clash.decision.outcome is AckOutcome.CONFLICT_IGNORED
     assert store.history()[0].status is ReceiptStatus.SUCCEEDED
 
     store.apply_tick(
         [], [Cancellation(b.action_id, CancelReason.MODE_CHANGED, True)], ControllerMemory()
     )
-    late = store.record_acknowledgement(_ack(b.action_id, ReceiptStatus.SUCCEEDED))
+    late = store.record_acknowledgement(_ack(b.action_id, ReceiptStatus.SUCCEEDED), host_id=None)
     assert late is not None and late.decision.outcome is AckOutcome.COMPLETED_LATE
-    after = store.record_acknowledgement(_ack(b.action_id, ReceiptStatus.FAILED))
+    after = store.record_acknowledgement(_ack(b.action_id, ReceiptStatus.FAILED), host_id=None)
     assert after is not None and after.decision.outcome is AckOutcome.CONFLICT_IGNORED
     statuses = {e.action_id: (e.status, e.acknowledged) for e in store.history()}
     assert statuses[b.action_id] == (ReceiptStatus.SUCCEEDED, True)
-    assert store.record_acknowledgement(_ack("nope", ReceiptStatus.SUCCEEDED)) is None
+    assert store.record_acknowledgement(_ack("nope", ReceiptStatus.SUCCEEDED), host_id=None) is None
 
 
 def test_progress_acknowledgements_keep_the_action_pending(store: ControllerStore) -> None:
     p = queued()
     store.apply_tick([p], [], ControllerMemory())
-    store.record_acknowledgement(_ack(p.action_id, ReceiptStatus.RUNNING))
+    store.record_acknowledgement(_ack(p.action_id, ReceiptStatus.RUNNING), host_id=None)
     assert store.pending()[0].status is ReceiptStatus.RUNNING
 
 
@@ -114,7 +114,7 @@ def _warm_success(
     p = queued(ActionKind.WARM, attempt=attempt, sha=sha)
     store.apply_tick([p], [], ControllerMemory())
     store.record_acknowledgement(
-        _ack(p.action_id, ReceiptStatus.SUCCEEDED, duration_seconds=seconds, **kw)
+        _ack(p.action_id, ReceiptStatus.SUCCEEDED, duration_seconds=seconds, **kw), host_id=None
     )
 
 
@@ -150,11 +150,14 @@ def test_only_a_real_fetch_teaches_transfer_time(store: ControllerStore) -> None
     fetch = queued(ActionKind.LOAD, attempt=1)
     store.apply_tick([verify, fetch], [], ControllerMemory())
     store.record_acknowledgement(
-        _ack(verify.action_id, ReceiptStatus.SUCCEEDED, duration_seconds=0.2)
+        _ack(verify.action_id, ReceiptStatus.SUCCEEDED, duration_seconds=0.2), host_id=None
     )
     assert store.timing("h1", "m", "a" * 64, TimingKind.TRANSFER) is None
     store.record_acknowledgement(
-        _ack(fetch.action_id, ReceiptStatus.SUCCEEDED, duration_seconds=42.0, artifact_fetched=True)
+        _ack(
+            fetch.action_id, ReceiptStatus.SUCCEEDED, duration_seconds=42.0, artifact_fetched=True
+        ),
+        host_id=None,
     )
     learned = store.timing("h1", "m", "a" * 64, TimingKind.TRANSFER)
     assert learned is not None and learned.seconds == 42.0
@@ -232,7 +235,7 @@ def test_history_is_bounded_but_keeps_the_newest_attempt_of_every_key(
         p = queued(attempt=attempt)
         store.apply_tick([p], [], ControllerMemory())
         clock.advance(1)
-        store.record_acknowledgement(_ack(p.action_id, ReceiptStatus.FAILED))
+        store.record_acknowledgement(_ack(p.action_id, ReceiptStatus.FAILED), host_id=None)
     other = queued(host_id="h2")
     store.apply_tick(
         [other], [Cancellation(other.action_id, CancelReason.SUPERSEDED)], ControllerMemory()
@@ -316,7 +319,7 @@ def test_enqueueing_twice_is_harmless_but_a_finished_id_is_never_reused(
     store.apply_tick([p], [], ControllerMemory())
     assert store.apply_tick([p], [], ControllerMemory()) == ()
     assert len(store.pending()) == 1
-    store.record_acknowledgement(_ack(p.action_id, ReceiptStatus.FAILED))
+    store.record_acknowledgement(_ack(p.action_id, ReceiptStatus.FAILED), host_id=None)
     with pytest.raises(PermanentError):
         store.apply_tick([p], [], ControllerMemory())
     assert store.pending() == ()  # the failed transaction wrote nothing
@@ -327,6 +330,8 @@ def test_fencing_time_is_the_controllers_receipt_time(
 ) -> None:
     p = queued()
     store.apply_tick([p], [], ControllerMemory())
-    store.record_acknowledgement(_ack(p.action_id, ReceiptStatus.SUCCEEDED, observed_at=T0 + 9e6))
+    store.record_acknowledgement(
+        _ack(p.action_id, ReceiptStatus.SUCCEEDED, observed_at=T0 + 9e6), host_id=None
+    )
     (entry,) = store.history()
     assert entry.effective_at == clock.now

@@ -26,13 +26,20 @@ async def test_a_burst_of_503s_reads_the_reason_table_of_the_last_tick(
 
     service._model_rows = counted  # type: ignore[method-assign]
     async with client:
-        before = await client.post("/v1/chat/completions", json={"model": "gemma"})
+        before = await client.post(
+            "/v1/chat/completions",
+            json={"model": "gemma", "messages": [{"role": "user", "content": "hi"}]},
+        )
         assert before.status_code == 503
         assert "no plan yet" in before.json()["error"]["message"]
         service.controller.tick()
         assert len(built) == 1
         answers = [
-            await client.post("/v1/chat/completions", json={"model": "gemma"}) for _ in range(20)
+            await client.post(
+                "/v1/chat/completions",
+                json={"model": "gemma", "messages": [{"role": "user", "content": "hi"}]},
+            )
+            for _ in range(20)
         ]
         assert {a.status_code for a in answers} == {503}
         assert len({a.json()["error"]["message"] for a in answers}) == 1
@@ -40,14 +47,20 @@ async def test_a_burst_of_503s_reads_the_reason_table_of_the_last_tick(
         assert "no plan yet" not in answers[0].json()["error"]["message"]
         assert len(built) == 1  # twenty 503s, no table built
         service.controller.tick()
-        again = await client.post("/v1/chat/completions", json={"model": "gemma"})
+        again = await client.post(
+            "/v1/chat/completions",
+            json={"model": "gemma", "messages": [{"role": "user", "content": "hi"}]},
+        )
         assert again.status_code == 503
         assert built == [1, 2]  # one table per tick, built after it
         service.controller.tick()  # answered the 503 above: rebuilt after this tick
         service.controller.tick()  # nobody asked since: nothing built
         service.controller.tick()
         assert built == [1, 2, 3]
-        late = await client.post("/v1/chat/completions", json={"model": "gemma"})
+        late = await client.post(
+            "/v1/chat/completions",
+            json={"model": "gemma", "messages": [{"role": "user", "content": "hi"}]},
+        )
         assert late.status_code == 503
         assert built == [1, 2, 3]  # the first 503 after quiet ticks reads the last table
         assert late.json()["error"]["message"] == answers[0].json()["error"]["message"]

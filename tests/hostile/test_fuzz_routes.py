@@ -166,12 +166,55 @@ def test_the_fuzzed_routes_are_exactly_the_apps_routes(tmp_path: Path) -> None:
     assert app_routes(service) == set(ROUTES)
 
 
+# fields the routes read, and values no field accepts: literals the JSON reader must
+# refuse (an integer past Python's int-string limit, one that overflows a double, a lone
+# surrogate) and wrong types
+FIELDS = (
+    "model", "messages", "max_tokens", "stream", "tools", "name", "mode", "reason", "clear",
+    "host_id", "node_id", "bootstrap_secret", "advertise", "csr", "ttl_seconds", "controller",
+    "quality", "model_id", "endpoint", "kind", "max_concurrency", "capacity_mb", "resources",
+    "allocator", "acknowledgements", "queued_requests", "desired", "actions", "boot_id",
+    "sequence", "role",
+)  # fmt: skip
+POISONS = (
+    b"1" + b"0" * 400, b"-" + b"9" * 4301, b"1e400", b"-1e400", b'"\\ud800"', b'"a\\udfff"',
+    b'"\\u001b[2J"', b"[]", b"{}", b"true", b"null", b'"x"', b"-1", b"1.5",
+    b'"' + b"x" * 5000 + b'"', b"[" + b"1," * 2000 + b"1]",
+)  # fmt: skip
+
+
+def poisoned_body(field: str, poison: bytes, extra: str) -> bytes:
+    """A JSON object whose ``field`` holds ``poison`` (and a plausible second field)."""
+    return b'{"' + extra.encode() + b'": "x", "' + field.encode() + b'": ' + poison + b"}"
+
+
 def hostile_bodies() -> st.SearchStrategy[bytes]:
     deep = st.integers(min_value=65, max_value=200_000).map(
         lambda n: b'{"a":' * n + b"1" + b"}" * n
     )
     constants = st.sampled_from([b'{"x": NaN}', b"[Infinity]", b'{"node_id": -Infinity}'])
-    return st.one_of(st.binary(max_size=256), deep, constants)
+    poisoned = st.builds(
+        poisoned_body, st.sampled_from(FIELDS), st.sampled_from(POISONS), st.sampled_from(FIELDS)
+    )
+    return st.one_of(st.binary(max_size=256), deep, constants, poisoned)
+
+
+def test_every_route_refuses_every_poison_without_a_500(fuzzed: Fuzzed) -> None:
+    """Each body route, each field it reads, each poison: a 4xx (or the router's 503 for
+    a model with no replica), never a 500, and a refusal changes nothing."""
+    for method, path in BODY_ROUTES:
+        concrete = path.replace("{node_id}", "h1").replace("{model_id:path}", "m")
+        concrete = concrete.replace("{name}", "e").replace("{host_id}", "h1")
+        headers = {
+            OPERATOR: fuzzed.service.operator_token,
+            NODE: fuzzed.node_tokens["h1"],
+            "Content-Type": "application/json",
+        }
+        for field_name in FIELDS:
+            for poison in POISONS:
+                fuzzed.send(method, concrete, headers, poisoned_body(field_name, poison, "model"))
+    assert fuzzed.sent == len(BODY_ROUTES) * len(FIELDS) * len(POISONS)
+    assert not any(code >= 500 and code != 503 for code in fuzzed.statuses)
 
 
 def schema_cases() -> st.SearchStrategy[Any]:

@@ -53,18 +53,27 @@ async def test_metrics_carry_every_series_with_sensible_values(tmp_path: Path) -
                 json={"model": "gemma", "messages": [{"role": "user", "content": "hi"}]},
             )
             assert reply.status_code == 200
-        unknown = await h.client.post("/v1/chat/completions", json={"model": "nope"})
+        unknown = await h.client.post(
+            "/v1/chat/completions",
+            json={"model": "nope", "messages": [{"role": "user", "content": "hi"}]},
+        )
         assert unknown.status_code == 404
         failing = {"model": "gemma", "messages": [{"role": "user", "content": FAILING_PROMPT}]}
         for _ in range(2):  # two engine failures in a row open local-1's circuit
-            assert (await h.client.post("/v1/chat/completions", json=failing)).status_code == 500
-        unplaceable = await h.client.post("/v1/chat/completions", json={"model": "big"})
+            assert (await h.client.post("/v1/chat/completions", json=failing)).status_code == 503
+        unplaceable = await h.client.post(
+            "/v1/chat/completions",
+            json={"model": "big", "messages": [{"role": "user", "content": "hi"}]},
+        )
         assert unplaceable.status_code == 503
         # an engine no profile names: its model is counted as "other", never by name
         vendor = {"endpoint": "https://engine.vendor.test", "model_id": "vendor-x", "kind": "vllm"}
         assert (await h.admin("PUT", "/allocator/external/vendor", json=vendor)).status_code == 200
         await h.service.probe_once(h.service.upstream)
-        external = await h.client.post("/v1/chat/completions", json={"model": "vendor-x"})
+        external = await h.client.post(
+            "/v1/chat/completions",
+            json={"model": "vendor-x", "messages": [{"role": "user", "content": "hi"}]},
+        )
         assert external.status_code == 401  # the vendor engine wants its own key
 
         assert h.service.tap.flush()  # observations reach their sinks on a worker thread

@@ -223,3 +223,16 @@ def test_plain_http_off_loopback_is_refused() -> None:
     for url in ("http://10.0.0.5:22100", "http://grid.example", "ftp://x"):
         with pytest.raises(PermanentError):
             require_safe_controller_url(url)
+
+
+def test_every_report_carries_this_runs_boot_id_and_a_growing_sequence(running: Running) -> None:
+    """The controller keeps the newest (boot id, sequence) of each host; the agent's
+    reports move it forward, so a replay of any of them is refused."""
+    fake = running.fake
+    assert fake.service is not None
+    sequences = fake.service.registry.sequences
+    wait_until(lambda: len(fake.heartbeats) >= 3, 60, "heartbeats")
+    first = sequences.watermark(HOST)
+    assert first is not None
+    assert first[0] == running.parts.agent.boot_id and first[1] >= 3
+    wait_until(lambda: (sequences.watermark(HOST) or first)[1] > first[1], 60, "a later report")

@@ -430,3 +430,40 @@ def test_a_header_with_a_line_break_is_refused_before_anything_is_sent(run: Runn
 
     run(test)
     assert engine.bodies == []
+
+
+def test_a_pooled_connection_closed_before_any_answer_byte_is_retried_once_fresh(
+    run: Runner,
+) -> None:
+    """The keep-alive race: the engine answers a first request on a connection, then closes
+    that connection as the second request arrives, without a byte of answer. The second
+    request is sent once more on a fresh connection and succeeds (a fresh connection
+    closed unanswered is never retried: ``..._never_replayed`` above)."""
+    received: list[tuple[int, bytes]] = []
+    connections = [0]
+
+    async def answer_then_close_the_pooled_one(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        connections[0] += 1
+        number = connections[0]
+        while True:
+            try:
+                body = await read_request(reader)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return
+            received.append((number, body))
+            if number == 1 and len(received) > 1:
+                writer.close()  # closed under the pooled connection's second request
+                return
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            await writer.drain()
+
+    async def test(upstream: KeepAliveUpstream) -> None:
+        async with raw_engine(answer_then_close_the_pooled_one) as url:
+            assert (await post(upstream, url + "/v1/chat/completions", b'{"n": 1}'))[0] == 200
+            answer = await post(upstream, url + "/v1/chat/completions", b'{"n": 2}')
+            assert (answer[0], answer[2]) == (200, b"ok")
+
+    run(test)
+    assert received == [(1, b'{"n": 1}'), (1, b'{"n": 2}'), (2, b'{"n": 2}')]

@@ -114,7 +114,8 @@ def _fetch(svc: Any, host_id: str, seconds: float, attempt: int, sha: str = "a" 
             status=ReceiptStatus.SUCCEEDED,
             duration_seconds=seconds,
             artifact_fetched=True,
-        )
+        ),
+        host_id=None,
     )
 
 
