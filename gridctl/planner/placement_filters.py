@@ -303,13 +303,14 @@ DYNAMIC_CODES: frozenset[RejectionCode] = frozenset(
 )
 
 
-def _unique(facts: Iterable[HostFact]) -> tuple[HostFact, ...]:
-    return tuple(dict.fromkeys(facts))
+def class_facts(rules: Iterable[DynamicFilter]) -> tuple[HostFact, ...]:
+    """What a class key must read of a host for a search under ``rules``: every host fact
+    the rules declare and the new-placement score's, each once, in declaration order."""
+    declared = [fact for rule in rules for fact in rule.host_facts]
+    return tuple(dict.fromkeys([*declared, *SCORE_FACTS]))
 
 
-CLASS_FACTS: tuple[HostFact, ...] = _unique(
-    [fact for rule in DYNAMIC_FILTERS for fact in rule.host_facts] + list(SCORE_FACTS)
-)
+CLASS_FACTS: tuple[HostFact, ...] = class_facts(DYNAMIC_FILTERS)
 FIXED_FACTS: tuple[HostFact, ...] = tuple(f for f in CLASS_FACTS if not f.moves)
 MOVING_FACTS: tuple[HostFact, ...] = tuple(f for f in CLASS_FACTS if f.moves)
 MODEL_FACTS: tuple[ModelFact, ...] = tuple(
