@@ -8,6 +8,10 @@ of equivalent hosts, the class search (``class_search.choose_by_class``): both
 give the same choice. A placer that puts a model across several hosts (a split
 placement) implements the same protocol and runs the same rules,
 ``placement_filters.first_rejection``, on every stage host.
+
+Pins, repairs and repacks search explicit host lists with
+``selection.choose_host``: they place or move one replica on one host by
+definition (a pinned host, or a replacement for a replica already placed).
 """
 
 from __future__ import annotations

@@ -89,7 +89,8 @@ def _chain(ws: Workspace, candidate: Candidate) -> Rejection | None:
 @given(planning_inputs(max_hosts=12), st.integers(0, 2**16), st.integers(0, 12))
 def test_the_fused_fast_check_agrees_with_the_chain(inputs: Inputs, seed: int, booked: int) -> None:
     """A new replica the fast check passes passes every rule; each rule's fast check is
-    exact (colocation's may only be stricter); the fused check is the rules' checks."""
+    exact (colocation's may only be stricter); the fused check is the rules' checks; a
+    rule rejects only with the codes it declares (the class search shares those)."""
     ws = _booked_workspace(inputs, seed, booked)
     for model_id in ws.model_ids:
         for host_id in ws.eligible[model_id]:
@@ -107,6 +108,7 @@ def test_the_fused_fast_check_agrees_with_the_chain(inputs: Inputs, seed: int, b
                 assert first_rejection(ws, shaped) == chain
                 for rule, passes in zip(DYNAMIC_FILTERS, each, strict=True):
                     verdict = rule.check(shaped, ws)
+                    assert verdict is None or verdict.code in rule.codes, rule.name
                     if rule is COLOCATION:
                         assert not passes or verdict is None
                     else:
