@@ -11,6 +11,7 @@ is scored.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
@@ -77,6 +78,15 @@ def _booked_workspace(inputs: Inputs, seed: int, bookings: int) -> Workspace:
     return ws
 
 
+def _new_replicas(ws: Workspace) -> Iterator[Candidate]:
+    """A new replica of every model on every eligible host the model has nothing on."""
+    for model_id in ws.model_ids:
+        for host_id in ws.eligible[model_id]:
+            shaped = candidate_for(ws, model_id, host_id)
+            if isinstance(shaped, Candidate) and shaped.incumbent is None:
+                yield shaped
+
+
 def _chain(ws: Workspace, candidate: Candidate) -> Rejection | None:
     for rule in DYNAMIC_FILTERS:
         found = rule.check(candidate, ws)
@@ -92,27 +102,23 @@ def test_the_fused_fast_check_agrees_with_the_chain(inputs: Inputs, seed: int, b
     exact (colocation's may only be stricter); the fused check is the rules' checks; a
     rule rejects only with the codes it declares (the class search shares those)."""
     ws = _booked_workspace(inputs, seed, booked)
-    for model_id in ws.model_ids:
-        for host_id in ws.eligible[model_id]:
-            shaped = candidate_for(ws, model_id, host_id)
-            if not isinstance(shaped, Candidate) or shaped.incumbent is not None:
-                continue
-            for relax in (False, True):
-                shaped.relax_domains = relax
-                members = shaped.ledger.members()
-                chain = _chain(ws, shaped)
-                fast = passes_as_new(shaped, ws)
-                each = [rule.passes_new(shaped, ws, members) for rule in DYNAMIC_FILTERS]
-                assert fast == all(each)
-                assert not fast or chain is None
-                assert first_rejection(ws, shaped) == chain
-                for rule, passes in zip(DYNAMIC_FILTERS, each, strict=True):
-                    verdict = rule.check(shaped, ws)
-                    assert verdict is None or verdict.code in rule.codes, rule.name
-                    if rule is COLOCATION:
-                        assert not passes or verdict is None
-                    else:
-                        assert passes == (verdict is None), rule.name
+    for shaped in _new_replicas(ws):
+        for relax in (False, True):
+            shaped.relax_domains = relax
+            members = shaped.ledger.members()
+            chain = _chain(ws, shaped)
+            fast = passes_as_new(shaped, ws)
+            each = [rule.passes_new(shaped, ws, members) for rule in DYNAMIC_FILTERS]
+            assert fast == all(each)
+            assert not fast or chain is None
+            assert first_rejection(ws, shaped) == chain
+            for rule, passes in zip(DYNAMIC_FILTERS, each, strict=True):
+                verdict = rule.check(shaped, ws)
+                assert verdict is None or verdict.code in rule.codes, rule.name
+                if rule is COLOCATION:
+                    assert not passes or verdict is None
+                else:
+                    assert passes == (verdict is None), rule.name
 
 
 @PROPERTY
@@ -121,22 +127,17 @@ def test_a_new_replica_has_one_score_wherever_it_is_scored(
     inputs: Inputs, seed: int, booked: int
 ) -> None:
     ws = _booked_workspace(inputs, seed, booked)
-    for model_id in ws.model_ids:
-        for host_id in ws.eligible[model_id]:
-            shaped = candidate_for(ws, model_id, host_id)
-            if not isinstance(shaped, Candidate) or shaped.incumbent is not None:
-                continue
-            static_sum = ws.static_sum(model_id, host_id)
-            facts = new_placement_facts(ws, model_id, host_id, shaped.memory_mb)
-            value = new_placement_value(ws, model_id, host_id, static_sum, shaped.memory_mb)
-            assert value == score_with_dynamic(static_sum, *facts)
-            assert new_placement_score(ws, model_id, host_id) == value
-            score(ws, shaped)
-            assert shaped.score == value
-            assert (
-                shaped.components[: len(ws.static_score(model_id, host_id)[0])]
-                == (ws.static_score(model_id, host_id)[0])
-            )
+    for shaped in _new_replicas(ws):
+        model_id, host_id = shaped.profile.name, shaped.host_id
+        static_sum = ws.static_sum(model_id, host_id)
+        facts = new_placement_facts(ws, model_id, host_id, shaped.memory_mb)
+        value = new_placement_value(ws, model_id, host_id, static_sum, shaped.memory_mb)
+        assert value == score_with_dynamic(static_sum, *facts)
+        assert new_placement_score(ws, model_id, host_id) == value
+        score(ws, shaped)
+        assert shaped.score == value
+        static_parts = ws.static_score(model_id, host_id)[0]
+        assert shaped.components[: len(static_parts)] == static_parts
 
 
 # ---------------------------------------------------------------------------
