@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from functools import partial
-from typing import TYPE_CHECKING
 
 from gridctl.domain import (
     CandidateExplanation,
@@ -28,12 +27,11 @@ from gridctl.domain import (
     ModelExplanation,
     ScoreComponent,
 )
+from gridctl.planner.eligibility import StaticEligibility
 from gridctl.planner.rejections import Rejection
 from gridctl.planner.scoring import Components
+from gridctl.planner.static_scores import StaticScores
 from gridctl.planner.targets import ReplicaTarget
-
-if TYPE_CHECKING:  # pragma: no cover - typing only
-    from gridctl.planner.workspace import Workspace
 
 # A rejection, or (components, score).
 Entry = Rejection | tuple[Components, float]
@@ -111,20 +109,32 @@ class Candidates:
 
 
 class StaticRows:
-    """The explanation of every pair no search touched, derived from the static indexes."""
+    """The explanation of every pair no search touched, derived from the static indexes.
 
-    def __init__(self, ws: Workspace) -> None:
-        self._ws = ws
+    It reads the fleet's static eligibility and the plan's static scores, never the
+    plan's books: the candidate rows of a returned plan keep only these alive."""
+
+    def __init__(
+        self,
+        static: StaticEligibility,
+        scores: StaticScores,
+        host_ids: Sequence[str],
+        position: Mapping[str, int],
+    ) -> None:
+        self._static = static
+        self._scores = scores
+        self._host_ids = host_ids
+        self._position = position
         self._rows: dict[tuple[int, ...], list[CandidateExplanation]] = {}
 
     def entry(self, model_id: str, host_id: str) -> tuple[Entry, str]:
         """(entry, default note) of one pair nothing was booked for."""
-        ws = self._ws
-        rejection = ws.static.rejection(model_id, host_id)
+        scores = self._scores
+        rejection = self._static.rejection(model_id, host_id)
         if rejection is not None:
             return rejection, ""
-        if ws.searched(model_id):
-            return ws.static_score(model_id, host_id), NOT_EVALUATED
+        if scores.searched(model_id):
+            return scores.static_score(model_id, host_id), NOT_EVALUATED
         return UNSCORED, NOT_SEARCHED
 
     def row(
@@ -132,11 +142,11 @@ class StaticRows:
     ) -> Sequence[CandidateExplanation]:
         """One candidate per host, in host order, as if nothing had been booked; hosts in
         ``touched`` (explained from the book) may be left with any value."""
-        ws = self._ws
-        static = ws.static
-        if ws.profiles[model_id].pins:
+        scores = self._scores
+        static = self._static
+        if scores.profiles[model_id].pins:
             row = []
-            for host_id in ws.host_ids:
+            for host_id in self._host_ids:
                 entry, note = self.entry(model_id, host_id)
                 row.append(cells.static(host_id, entry, note))
             return row
@@ -145,19 +155,19 @@ class StaticRows:
         base = self._rows.get(key)
         if base is None:
             base = []
-            for host_id, view in ws.views.items():
+            for host_id, view in static.views.items():
                 found = view.admission or rejections[static.shape_of[host_id]]
                 if found is None:
                     base.append(cells.static(host_id, UNSCORED, NOT_SEARCHED))
                 else:
                     base.append(cells.static(host_id, found, ""))
             self._rows[key] = base
-        if not ws.searched(model_id):
+        if not scores.searched(model_id):
             return base
         row = list(base)
-        position = ws.host_position
-        score = ws.static_score
-        for host_id in ws.eligible[model_id]:
+        position = self._position
+        score = scores.static_score
+        for host_id in static.eligible[model_id]:
             if host_id not in touched:
                 row[position[host_id]] = cells.scored(
                     host_id, score(model_id, host_id), NOT_EVALUATED

@@ -22,9 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gridctl.domain import Preemption, ResidencyState, UnsatisfiedCode
+from gridctl.planner.candidates import Candidate
 from gridctl.planner.host_views import LiveResidency
+from gridctl.planner.placement_filters import DISK_ADMISSION
 from gridctl.planner.rejections import Rejection
-from gridctl.planner.selection import Candidate, candidate_for, disk_admission
+from gridctl.planner.selection import candidate_for
 from gridctl.planner.startup_paths import start_seconds
 from gridctl.planner.workspace import Workspace
 
@@ -115,7 +117,7 @@ def victim_set(ws: Workspace, model_id: str, host_id: str) -> VictimSet | None:
     shaped = candidate_for(ws, model_id, host_id)
     if isinstance(shaped, Rejection) or shaped.incumbent is not None:
         return None
-    if disk_admission(shaped, ws) is not None:
+    if DISK_ADMISSION.check(shaped, ws) is not None:
         return None  # releasing memory does not release disk
     priority = ws.priority(model_id)
     pool = [

@@ -66,7 +66,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gridctl.domain import Assignment, DemandClass, Preemption, ResidencyState, UnsatisfiedCode
+from gridctl.planner.candidates import Candidate
 from gridctl.planner.host_views import LiveResidency
+from gridctl.planner.placement_filters import DISK_ADMISSION, FAILURE_DOMAIN
 from gridctl.planner.preemption import _fits_without, busy, protected, warm_back_seconds
 from gridctl.planner.rejections import Rejection, RejectionCode
 from gridctl.planner.scoring import (
@@ -78,13 +80,11 @@ from gridctl.planner.scoring import (
 )
 from gridctl.planner.selection import (
     BEST_FIT_BOUND,
-    Candidate,
     candidate_for,
     choose_host,
     commit,
-    disk_admission,
     evaluate,
-    failure_domain,
+    new_placement_facts,
     uncommit,
 )
 from gridctl.planner.startup_paths import start_seconds, warm_seconds
@@ -119,7 +119,7 @@ def relocate_for_sole_host(ws: Workspace, model_id: str, demand_class: DemandCla
     shaped = candidate_for(ws, model_id, host_id)
     if isinstance(shaped, Rejection) or shaped.incumbent is not None:
         return False
-    if disk_admission(shaped, ws) is not None:
+    if DISK_ADMISSION.check(shaped, ws) is not None:
         return False
     pool = sorted(
         (
@@ -250,7 +250,10 @@ def _find_repack(
         rejection = evaluate(ws, shaped)
         if rejection is None or rejection.code not in _RELEASE_CODES:
             continue  # it fits now (and scores lower), or releasing memory would not help
-        if failure_domain(shaped, ws) is not None or disk_admission(shaped, ws) is not None:
+        if (
+            FAILURE_DOMAIN.check(shaped, ws) is not None
+            or DISK_ADMISSION.check(shaped, ws) is not None
+        ):
             continue
         pool.sort(key=lambda row: _move_order(ws, row))
         found = _attempt(ws, model_id, shaped, pool, free, threshold, in_progress)
@@ -341,11 +344,10 @@ def _attempt(
     else:
         return None
     freed = sum(row.memory_mb for row in gone)
+    # the new-placement score with ``freed`` MB more free on the host
+    new_domain, free_after, capacity = new_placement_facts(ws, model_id, host_id, shaped.memory_mb)
     released = score_with_dynamic(
-        ws.static_sum(model_id, host_id),
-        shaped.view.domain not in ws.domains[model_id],
-        ledger.incremental_free_mb + freed - shaped.memory_mb,
-        shaped.view.new_capacity_mb,
+        ws.static_sum(model_id, host_id), new_domain, free_after + freed, capacity
     )
     gain = released - free.score
     if gain < threshold:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from enum import Enum
 
 from gridctl.domain import DemandClass, UnsatisfiedCode
-from gridctl.planner.host_classes import choose_by_class, worth_classing
+from gridctl.planner.placers import Placer
 from gridctl.planner.preemption import stage_preemption
 from gridctl.planner.rejections import RejectionCode, shortfall_code
 from gridctl.planner.repacking import (
@@ -30,7 +30,7 @@ from gridctl.planner.repacking import (
     stage_proactive_repack,
 )
 from gridctl.planner.repair import try_repair
-from gridctl.planner.selection import Choice, choose_host, choose_ranked, commit
+from gridctl.planner.selection import choose_host, commit
 from gridctl.planner.workspace import Workspace
 
 ROUND_CLASSES = (DemandClass.BASELINE, DemandClass.DIRECT, DemandClass.INFERRED)
@@ -74,15 +74,17 @@ def _reason(ws: Workspace, model_id: str, index: int, demand_class: DemandClass)
     return f"{kind} replica {index + 1} of {target.replicas}: {target.reason}"
 
 
-def place_one(ws: Workspace, model_id: str, index: int, demand_class: DemandClass) -> Outcome:
+def place_one(
+    ws: Workspace, placer: Placer, model_id: str, index: int, demand_class: DemandClass
+) -> Outcome:
     dead = ws.dead.get(model_id)
     if dead is None:
         dead = ws.dead[model_id] = {}
-    choice = _search(ws, model_id, False, dead)
+    choice = placer.place(ws, model_id, False, dead)
     codes = set(choice.codes)
     if choice.winner is None and _FAILURE_DOMAIN in codes:
         # the minimum is reported as a shortfall; a replica in a used domain still serves
-        choice = _search(ws, model_id, True, dead)
+        choice = placer.place(ws, model_id, True, dead)
         codes |= choice.codes
     reason = _reason(ws, model_id, index, demand_class)
     if choice.winner is not None:
@@ -104,15 +106,6 @@ def place_one(ws: Workspace, model_id: str, index: int, demand_class: DemandClas
     missing = ws.targets[model_id].replicas - index
     ws.add_shortfall(model_id, code, _message(ws, model_id, code), missing=missing)
     return FAILED
-
-
-def _search(
-    ws: Workspace, model_id: str, relax_domains: bool, dead: dict[str, RejectionCode]
-) -> Choice:
-    """The best host among all eligible ones: by class, or host by host (the same result)."""
-    if worth_classing(ws):
-        return choose_by_class(ws, model_id, relax_domains, dead)
-    return choose_ranked(ws, model_id, relax_domains, dead)
 
 
 def _message(ws: Workspace, model_id: str, code: UnsatisfiedCode) -> str:
@@ -181,8 +174,9 @@ def place_pins(ws: Workspace) -> None:
             )
 
 
-def place_rounds(ws: Workspace) -> None:
-    """Priority classes high to low; baseline, direct, inferred; one replica per round."""
+def place_rounds(ws: Workspace, placer: Placer) -> None:
+    """Priority classes high to low; baseline, direct, inferred; one replica per round,
+    placed where ``placer`` chooses."""
     by_priority: dict[int, list[str]] = {}  # unpinned models, in ``model_ids`` order
     for model_id in ws.model_ids:
         profile = ws.profiles[model_id]
@@ -199,7 +193,7 @@ def place_rounds(ws: Workspace) -> None:
                 following: list[str] = []
                 for model_id in sorted(active, key=keys.__getitem__):
                     index = progress[model_id]
-                    outcome = place_one(ws, model_id, index, demand_class)
+                    outcome = place_one(ws, placer, model_id, index, demand_class)
                     progress[model_id] = index + 1
                     if outcome is FAILED:
                         stopped.add(model_id)

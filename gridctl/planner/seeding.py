@@ -18,19 +18,14 @@ has room to be met by new replicas elsewhere.
 from __future__ import annotations
 
 from gridctl.domain import Preemption, UnsatisfiedCode
+from gridctl.planner.candidates import Candidate
 from gridctl.planner.host_views import LiveResidency
+from gridctl.planner.placement_filters import COLOCATION, MEMORY_DESIRED, MODEL_SLOTS
 from gridctl.planner.rejections import Rejection, RejectionCode
-from gridctl.planner.selection import (
-    Candidate,
-    candidate_for,
-    colocation,
-    commit,
-    memory_desired,
-    model_slots,
-)
+from gridctl.planner.selection import candidate_for, commit
 from gridctl.planner.workspace import Workspace
 
-SEED_FILTERS = (model_slots, colocation, memory_desired)
+SEED_FILTERS = (MODEL_SLOTS, COLOCATION, MEMORY_DESIRED)  # the rules an incumbent must keep
 _STATE_RANK = {"ready": 0, "warming": 1, "loading": 2}
 
 
@@ -95,8 +90,8 @@ def seed_incumbents(ws: Workspace) -> None:
 
 
 def _first_rejection(ws: Workspace, candidate: Candidate) -> Rejection | None:
-    for check in SEED_FILTERS:
-        rejection = check(candidate, ws)
+    for rule in SEED_FILTERS:
+        rejection = rule.check(candidate, ws)
         if rejection is not None:
             return rejection
     return None

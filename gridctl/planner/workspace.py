@@ -5,16 +5,17 @@ filters and scorers need (the demand-independent ``FleetIndex``: host views,
 static eligibility per model, reciprocal colocation exclusions, incumbents per
 (model, host); and memoised static scores) and the mutable books: per-host
 ledgers, assignments, staged preemptions, the eviction budget, shortfalls and
-explanations. It is private to one call of
-``plan_placement``; afterwards only the plan's lazily built candidate rows
-read it, and nothing changes it.
+explanations. Static scores and rankings live in its ``StaticScores``
+(``scores``), which it exposes as its own methods. It is private to one call
+of ``plan_placement``: the plan's lazily built candidate rows read only the
+fleet index and the static scores, never the workspace, so the books are freed
+when the plan is returned.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from gridctl.domain import (
     Assignment,
@@ -27,16 +28,14 @@ from gridctl.domain import (
     UnsatisfiedCode,
 )
 from gridctl.planner.explaining import ExplanationBook
-from gridctl.planner.fleet_index import SharedIndexes, StaticScore, fleet_index
+from gridctl.planner.fleet_index import SharedIndexes, fleet_index
 from gridctl.planner.host_views import LiveResidency
 from gridctl.planner.ledgers import HostLedger
 from gridctl.planner.rejections import RejectionCode
 from gridctl.planner.runtimes import runtime_for_new_placement
-from gridctl.planner.scoring import Components, ScarcityIndex, round6, static_components
+from gridctl.planner.scoring import ScarcityIndex
+from gridctl.planner.static_scores import StaticScores
 from gridctl.planner.targets import ReplicaTarget
-
-if TYPE_CHECKING:  # pragma: no cover - typing only
-    from gridctl.planner.host_classes import HostClasses
 
 
 @dataclass(slots=True)
@@ -56,7 +55,6 @@ class Workspace:
         profiles: Sequence[ModelProfile],
         snapshot: FleetSnapshot,
         policy: ControllerPolicy,
-        by_class: bool | None = None,
         shared: SharedIndexes | None = None,
     ) -> None:
         fleet = fleet_index(profiles, snapshot, policy, shared)
@@ -83,6 +81,10 @@ class Workspace:
         self.ceiling_models = frozenset(
             name for name, profile in self.profiles.items() if profile.max_colocated_models > 0
         )
+        # models whose presence on a host changes what colocation says to another model
+        self.constraining_models = self.ceiling_models | frozenset(
+            name for name in self.profiles if name in self.exclusions
+        )
         self.static = fleet.static
         self.eligible = fleet.static.eligible
         self.eligible_set = fleet.static.eligible_set
@@ -93,7 +95,6 @@ class Workspace:
         # hosts whose static score for a model depends on more than the host's score shape
         self._special = fleet.special
         self.cached_hosts = fleet.cached_hosts
-        self._score_id = fleet.score_id
         self.live_violations = fleet.live_violations
         self.targets: dict[str, ReplicaTarget] = {}
         self.scarcity: ScarcityIndex | None = None
@@ -106,17 +107,19 @@ class Workspace:
         self.best_steady: dict[str, float] = {}  # model -> its best steady-state static quality
         self.repack_searches = 0  # replacement searches spent on starting proactive repacks
         self.shortfalls: dict[tuple[str, UnsatisfiedCode], Shortfall] = {}
-        self._static: dict[str, dict[str, StaticScore]] = {m: {} for m in self.model_ids}
-        self._static_by_shape = fleet.static_by_shape
-        self._score_signature: dict[str, tuple[float, float, float]] = {}
         self._new_runtime = fleet.new_runtime
-        self._ordered: dict[str, tuple[str, ...]] = {}
         self._footprint = fleet.footprint
-        self._searched: set[str] = set()
-        # search equivalent hosts as one class (False: host by host; None: decide on the
-        # first search from how many classes the hosts fall into)
-        self.by_class = by_class
-        self.classes: HostClasses | None = None  # built by the first class search
+        self.scores = scores = StaticScores(fleet, self.targets, policy)
+        # the static scores' methods as the workspace's own (bound once: the searches call
+        # them per host visited)
+        self.static_score = scores.static_score
+        self.static_scores = scores.static_scores
+        self.static_sum = scores.static_sum
+        self.score_group = scores.score_group
+        self.score_id = scores.score_id
+        self.ordered_hosts = scores.ordered_hosts
+        self.searched = scores.searched
+        self.mark_searched = scores.mark_searched
         self.alike_groups = fleet.alike_groups
         self._resident: dict[str, list[str]] | None = None
         self._occupied: frozenset[str] | None = None
@@ -124,7 +127,7 @@ class Workspace:
 
     def build_scarcity(self) -> None:
         """Index which hosts constrained, enabled models need (after the targets are set)."""
-        self.scarcity = ScarcityIndex(
+        self.scarcity = self.scores.scarcity = ScarcityIndex(
             self.eligible_set,
             {m: t.replicas for m, t in self.targets.items()},
             self.static.class_of,
@@ -148,93 +151,7 @@ class Workspace:
             for row in self.views[host_id].residencies_of(model_id)
         )
 
-    # -- scores --------------------------------------------------------------
-    def static_score(self, model_id: str, host_id: str) -> tuple[Components, float]:
-        """Named static score parts of one pair and their rounded total."""
-        memo = self._static[model_id]
-        found = memo.get(host_id)
-        if found is None:
-            found = memo[host_id] = self._static_score(model_id, host_id)
-        return found[0]
-
-    def static_scores(self, model_id: str) -> dict[str, StaticScore]:
-        """The memo of the model's static scores so far, by host (filled by ``ordered_hosts``
-        for every eligible host; ``static_score`` fills any other)."""
-        return self._static[model_id]
-
-    def static_sum(self, model_id: str, host_id: str) -> float:
-        """The unrounded sum of the static parts, so that adding the dynamic parts to it
-        reproduces ``total(static + dynamic)`` exactly."""
-        memo = self._static[model_id]
-        found = memo.get(host_id)
-        if found is None:
-            found = memo[host_id] = self._static_score(model_id, host_id)
-        return found[1]
-
-    def _static_score(self, model_id: str, host_id: str) -> StaticScore:
-        profile = self.profiles[model_id]
-        view = self.views[host_id]
-        need = 0.0
-        if self.scarcity is not None:
-            need = self.scarcity.need(host_id, len(self.eligible[model_id]))
-        signature = self._score_signature.get(model_id)  # (``_signature_of``'s memo)
-        if signature is None:
-            signature = self._signature_of(model_id)
-        incumbent: LiveResidency | None = None
-        if host_id in self._special[model_id]:
-            incumbent = self.incumbent(model_id, host_id)
-            shape: tuple[object, ...] = (
-                signature,
-                self._score_id[host_id],
-                None if incumbent is None else incumbent.residency.state,
-                view.has_exact_artifact(profile),
-                view.failures.get(model_id, 0),
-                need,
-                view.learned.get(model_id),
-                self.norms.model_norm(model_id) if model_id in view.learned else 0.0,
-                model_id if model_id in view.learned else "",
-            )
-        else:
-            shape = (signature, self._score_id[host_id], None, False, 0, need, None, 0.0, "")
-        found = self._static_by_shape.get(shape)
-        if found is None:
-            parts = static_components(
-                profile,
-                view,
-                incumbent,
-                self.norms,
-                self.targets[model_id].performance_factor,
-                need,
-                self.policy,
-            )
-            raw: float = 0  # ``sum`` of the parts, in their order, without a generator
-            for _, value in parts:
-                raw += value
-            found = self._static_by_shape[shape] = ((parts, round6(raw)), raw)  # ``total``
-        return found
-
-    def _signature_of(self, model_id: str) -> tuple[float, float, float]:
-        """What static scoring reads of the profile: models alike in it share scores."""
-        signature = self._score_signature.get(model_id)
-        if signature is None:
-            profile = self.profiles[model_id]
-            signature = self._score_signature[model_id] = (
-                self.targets[model_id].performance_factor,
-                profile.warm_seconds,
-                profile.load_seconds,
-            )
-        return signature
-
-    def score_group(self, model_id: str) -> tuple[object, ...]:
-        """Everything ``_static_score`` reads of the model for a host not special to it (its
-        signature and, for the scarcity need, its eligible-host count): models of one group
-        score alike on every such host of one score shape and static class."""
-        return (self._signature_of(model_id), len(self.eligible[model_id]))
-
-    def score_id(self, host_id: str) -> int:
-        """Which score shape the host has: hosts with equal ids score alike."""
-        return self._score_id[host_id]
-
+    # -- scores (``StaticScores``) and special hosts ------------------------
     def special_hosts(self, model_id: str) -> set[str]:
         """Hosts with an incumbent, cached weights, failures or learned facts of the model."""
         return self._special[model_id]
@@ -254,56 +171,6 @@ class Workspace:
         if self._occupied is None:
             self._occupied = frozenset(h for h, view in self.views.items() if view.live)
         return self._occupied
-
-    def ordered_hosts(self, model_id: str) -> tuple[str, ...]:
-        """Eligible hosts of a model, best static score first, then host id."""
-        found = self._ordered.get(model_id)
-        if found is None:
-            if self.profiles[model_id].pins:
-                found = self._ordered_pinned(model_id)
-            else:
-                found = self._ordered_by_alike(model_id)
-            self._ordered[model_id] = found
-        return found
-
-    def _ordered_by_alike(self, model_id: str) -> tuple[str, ...]:
-        """``ordered_hosts`` of an unpinned model: every member of one group of alike hosts
-        (one score shape, one static class, so equally eligible) not special to the model
-        shares one static score, computed once; special hosts are scored one by one."""
-        memo = self._static[model_id]
-        special = self._special[model_id]
-        eligible = self.eligible_set[model_id]
-        by_score: dict[float, list[str]] = {}
-        merged: set[float] = set()  # scores shared by several groups: their hosts need a sort
-        for members in self.alike_groups:
-            if members[0] not in eligible:
-                continue
-            plain = [h for h in members if h not in special] if special else members
-            if not plain:
-                continue
-            value = memo.get(plain[0]) or self._static_score(model_id, plain[0])
-            memo.update(dict.fromkeys(plain, value))
-            _add_ranked(by_score, merged, value[0][1], plain)
-        for host_id in sorted(special & eligible):
-            value = memo.get(host_id) or self._static_score(model_id, host_id)
-            memo[host_id] = value
-            _add_ranked(by_score, merged, value[0][1], [host_id])
-        ranked: list[str] = []
-        for score in sorted(by_score, reverse=True):
-            hosts = by_score[score]
-            if score in merged:
-                hosts.sort()
-            ranked.extend(hosts)
-        return tuple(ranked)
-
-    def _ordered_pinned(self, model_id: str) -> tuple[str, ...]:
-        """``ordered_hosts`` host by host: a pinned model's few eligible hosts."""
-        memo = self._static[model_id]
-        for host_id in self.eligible[model_id]:
-            if host_id not in memo:
-                memo[host_id] = self._static_score(model_id, host_id)
-        # eligible hosts are in host id order and the sort is stable
-        return tuple(sorted(self.eligible[model_id], key=lambda h: -memo[h][0][1]))
 
     def new_footprint(self, model_id: str, host_id: str) -> int | None:
         """The memory a new replica takes on the host, None where no runtime fits."""
@@ -333,14 +200,6 @@ class Workspace:
         profile = self.profiles[model_id]
         found = by_shape[shape] = runtime_for_new_placement(profile, self.views[host_id].host)
         return found
-
-    def searched(self, model_id: str) -> bool:
-        """Whether the model ever ranked its eligible hosts (searched for a new replica)."""
-        return model_id in self._ordered or model_id in self._searched
-
-    def mark_searched(self, model_id: str) -> None:
-        """Note a search for a new replica that ranked hosts without ``ordered_hosts``."""
-        self._searched.add(model_id)
 
     # -- books ---------------------------------------------------------------
     def record_assignment(self, assignment: Assignment) -> None:
@@ -401,15 +260,3 @@ class Workspace:
 
     def priority(self, model_id: str) -> int:
         return self.profiles[model_id].priority
-
-
-def _add_ranked(
-    by_score: dict[float, list[str]], merged: set[float], score: float, hosts: list[str]
-) -> None:
-    """File hosts under their static score (a dict of lists, for ``ordered_hosts``)."""
-    found = by_score.get(score)
-    if found is None:
-        by_score[score] = list(hosts)
-    else:
-        found.extend(hosts)
-        merged.add(score)
