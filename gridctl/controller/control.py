@@ -127,7 +127,7 @@ class Controller:
         fleet's polls wait for a tick."""
         revision = self.revisions.note_demand()
         self.wake.set()
-        self._announce()
+        self.revisions.announce()
         return revision
 
     def note_input(self, *, semantic: bool, safety: bool = False) -> int:
@@ -137,15 +137,8 @@ class Controller:
         if semantic:
             self.wake.set()
         else:
-            self._announce()
+            self.revisions.announce()
         return revision
-
-    def _announce(self) -> None:
-        for listener in list(self.revision_listeners):
-            try:
-                listener()
-            except Exception:  # a listener must never break intake or the tick
-                log.exception("revision listener failed")
 
     def current_desired(self) -> DesiredState | None:
         return self.desired.current
@@ -310,7 +303,7 @@ class Controller:
                 success_ms=spent if record.ok else view.success_ms,
             )
             self.revisions.finished(dirty, safety, record.ok)
-            self._announce()
+            self.revisions.announce()
             for observer in list(self.tick_observers):
                 try:
                     observer(record)

@@ -14,9 +14,12 @@ the last successful tick planned from the current one.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
+
+log = logging.getLogger(__name__)
 
 KEYS = ("dirty", "processed", "success", "safety", "success_safety")
 
@@ -34,6 +37,14 @@ class Revisions:
         self.wake = threading.Event()  # set when a tick should run
         # called (from any thread) whenever the processed revision advances
         self.listeners: list[Callable[[], None]] = []
+
+    def announce(self) -> None:
+        """Tell every listener that the processed revision may have advanced."""
+        for listener in list(self.listeners):
+            try:
+                listener()
+            except Exception:  # a listener must never break intake or the tick
+                log.exception("revision listener failed")
 
     def __getitem__(self, key: str) -> int:
         return self._values[key]

@@ -119,19 +119,20 @@ async def test_drain_is_delivered_when_the_proof_holds_to_the_end(fleet: Fleet) 
 async def test_a_heartbeat_whose_tick_failed_gets_no_commands(fleet: Fleet) -> None:
     await fleet.refresh_keeper(then_advance=20.0)
     controller = fleet.service.controller
-    commit = controller._commit
+    store = fleet.service.store
+    apply_tick = store.apply_tick
 
-    def failing_commit(*args: Any) -> None:
+    def failing_apply(*args: Any, **kw: Any) -> None:
         raise RuntimeError("store unavailable")  # the tick fails after planning
 
-    controller._commit = failing_commit  # type: ignore[method-assign]
+    store.apply_tick = failing_apply  # type: ignore[method-assign]
     try:
         assert await fleet.victim_poll() == []
         last = controller.view.tick
         assert last is not None and not last.ok
         assert not fleet.delivered()
     finally:
-        controller._commit = commit  # type: ignore[method-assign]
+        store.apply_tick = apply_tick  # type: ignore[method-assign]
     assert await fleet.victim_poll() == ["drain"]  # the next successful tick delivers
 
 
