@@ -179,13 +179,16 @@ class Follower:
     def follow(self, doc: dict[str, Any]) -> list[str]:
         stamp = f"[{time.monotonic() - self.started:6.1f}s]"
         if not self.replay and not self.primed:
-            return self._prime(doc, stamp)
-        return [
-            *self._states(doc, stamp),
-            *self._revisions(doc, stamp),
-            *self._transfers(doc, stamp),
-            *self._events(doc, stamp),
-        ]
+            lines = self._prime(doc, stamp)
+        else:
+            lines = [
+                *self._states(doc, stamp),
+                *self._revisions(doc, stamp),
+                *self._transfers(doc, stamp),
+                *self._events(doc, stamp),
+            ]
+        # node-reported states, messages and sources: printed, never acted on by the terminal
+        return [one_line(line) for line in lines]
 
     def _states(self, doc: dict[str, Any], stamp: str) -> list[str]:
         """A line per residency whose state changed (every one, the first time)."""
@@ -221,8 +224,7 @@ class Follower:
                 f"{stamp} {name}: {event.get('model_id') or ''}{where} "
                 f"{event.get('message') or ''}".rstrip()
             )
-        # node-reported states, messages and sources: printed, never acted on by the terminal
-        return [one_line(line) for line in lines]
+        return lines
 
     def _prime(self, doc: dict[str, Any], stamp: str) -> list[str]:
         """Join a running fleet: its residencies and transfers as they are now, and its
