@@ -53,5 +53,9 @@ class EventLog:
         with self._lock:
             return list(self._rows)
 
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._rows)
+
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return iter(self.rows())

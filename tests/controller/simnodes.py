@@ -32,6 +32,19 @@ class Clock:
         return self.now
 
 
+# one Gemma replica in automatic mode: the watched files most in-process fleets start from
+ONE_GEMMA = {
+    "gemma.yaml": (
+        "apiVersion: gridctl/v1\nkind: ModelProfile\nmetadata: {name: gemma}\nspec:\n"
+        f"  memory_mb: 640\n  artifact: {{sha256: {GEMMA_SHA}}}\n  min_replicas: 1\n"
+        "  max_replicas: 1\n  min_residency_seconds: 0\n  scale_down_cooldown_seconds: 0\n"
+    ),
+    "policy.yaml": (
+        "apiVersion: gridctl/v1\nkind: ControllerPolicy\nmetadata: {name: p}\n"
+        "spec: {mode: automatic}\n"
+    ),
+}
+
 FAILING_PROMPT = "engine, fail this request"
 
 

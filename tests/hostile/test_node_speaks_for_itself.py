@@ -8,7 +8,6 @@ another host, and replayed or stripped reports are refused and change nothing.
 from __future__ import annotations
 
 import logging
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,31 +16,14 @@ import httpx
 import pytest
 
 from gridctl.controller.serving import ControllerService
-from tests.controller.simnodes import GEMMA_SHA, SimNode, sim_service
+from tests.controller.simnodes import GEMMA_SHA, ONE_GEMMA, SimNode, sim_service
 
 pytestmark = pytest.mark.anyio
-
-PROFILE = textwrap.dedent(f"""\
-    apiVersion: gridctl/v1
-    kind: ModelProfile
-    metadata: {{name: gemma}}
-    spec:
-      memory_mb: 640
-      artifact: {{sha256: {GEMMA_SHA}}}
-      min_replicas: 1
-      max_replicas: 1
-      min_residency_seconds: 0
-      scale_down_cooldown_seconds: 0
-    """)
-POLICY = (
-    "apiVersion: gridctl/v1\nkind: ControllerPolicy\nmetadata: {name: p}\n"
-    "spec:\n  mode: automatic\n"
-)
 
 
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[ControllerService]:
-    service, _clock = sim_service(tmp_path, {"gemma.yaml": PROFILE, "policy.yaml": POLICY})
+    service, _clock = sim_service(tmp_path, ONE_GEMMA)
     yield service
 
 

@@ -57,7 +57,7 @@ async def test_a_body_that_stops_arriving_is_a_408(
         routed = await http.post("/v1/chat/completions", content=stalled())
         assert routed.status_code == 408
         assert routed.json()["error"]["type"] == "invalid_request_error"
-    assert service.controller.override() is None
+    assert service.controller.steering.override() is None
 
 
 async def closed_within(reader: asyncio.StreamReader, seconds: float) -> bool:

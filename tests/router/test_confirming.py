@@ -9,7 +9,6 @@ and says so on ``/health``.
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -17,24 +16,10 @@ import httpx
 import pytest
 
 from gridctl.router.confirming import ConfirmingBreakers
-from tests.controller.simnodes import GEMMA_SHA, SimNode, engine_handler, sim_service
+from tests.controller.simnodes import GEMMA_SHA, ONE_GEMMA, SimNode, engine_handler, sim_service
 
 pytestmark = pytest.mark.anyio
 
-PROFILE = textwrap.dedent(f"""\
-    apiVersion: gridctl/v1
-    kind: ModelProfile
-    metadata: {{name: gemma}}
-    spec:
-      memory_mb: 640
-      artifact: {{sha256: {GEMMA_SHA}}}
-      min_replicas: 1
-      max_replicas: 1
-      min_residency_seconds: 0
-    """)
-POLICY = (
-    "apiVersion: gridctl/v1\nkind: ControllerPolicy\nmetadata: {name: p}\nspec: {mode: automatic}\n"
-)
 NORMAL = {"model": "gemma", "messages": [{"role": "user", "content": "hi"}]}
 IMAGE = {
     "model": "gemma",
@@ -66,9 +51,7 @@ class Engine:
 
 
 async def started(tmp_path: Path, engine: Engine) -> tuple[Any, httpx.AsyncClient]:
-    service, clock = sim_service(
-        tmp_path, {"gemma.yaml": PROFILE, "policy.yaml": POLICY}, engine=engine
-    )
+    service, clock = sim_service(tmp_path, ONE_GEMMA, engine=engine)
     app = service.build_app()
     service.start_ticking()
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://ctl")

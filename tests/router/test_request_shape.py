@@ -9,7 +9,6 @@ answers 500 to the malformed shapes.
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ import httpx
 import pytest
 
 from gridctl.router.requestshape import MAX_OUTPUT_TOKENS, shape_refusal
-from tests.controller.simnodes import GEMMA_SHA, SimNode, engine_handler, sim_service
+from tests.controller.simnodes import GEMMA_SHA, ONE_GEMMA, SimNode, engine_handler, sim_service
 
 HELLO = [{"role": "user", "content": "hello"}]
 
@@ -95,22 +94,6 @@ def test_documented_requests_pass(endpoint: str, payload: dict[str, Any]) -> Non
     assert shape_refusal(endpoint, payload) is None
 
 
-PROFILE = textwrap.dedent(f"""\
-    apiVersion: gridctl/v1
-    kind: ModelProfile
-    metadata: {{name: gemma}}
-    spec:
-      memory_mb: 640
-      artifact: {{sha256: {GEMMA_SHA}}}
-      min_replicas: 1
-      max_replicas: 1
-      min_residency_seconds: 0
-    """)
-POLICY = (
-    "apiVersion: gridctl/v1\nkind: ControllerPolicy\nmetadata: {name: p}\nspec: {mode: automatic}\n"
-)
-
-
 @pytest.mark.anyio
 async def test_malformed_requests_never_reach_the_engine_nor_open_its_breaker(
     tmp_path: Path,
@@ -125,9 +108,7 @@ async def test_malformed_requests_never_reach_the_engine_nor_open_its_breaker(
                 return httpx.Response(500, json={"error": "tools must be an array"})
         return engine_handler(request)
 
-    service, clock = sim_service(
-        tmp_path, {"gemma.yaml": PROFILE, "policy.yaml": POLICY}, engine=engine
-    )
+    service, clock = sim_service(tmp_path, ONE_GEMMA, engine=engine)
     app = service.build_app()
     service.start_ticking()
     try:
