@@ -180,7 +180,8 @@ def test_local_override_is_reported_and_cancels_new_work(running: Running) -> No
     assert main(["node", "resume", "--state-dir", state]) == 0
     wait_until(lambda: fake.last_state() == "accepting", 60)
 
-    assert main(["node", "pause", "--state-dir", state, "--for-seconds", "0.5"]) == 0
+    # long enough to be reported even on a loaded machine, short enough to watch expire
+    assert main(["node", "pause", "--state-dir", state, "--for-seconds", "3"]) == 0
     wait_until(lambda: fake.last_state() == "paused", 60)
     wait_until(lambda: fake.last_state() == "accepting", 60, "expiry")
     assert running.parts.store.override() is None  # the expired override was cleared durably
