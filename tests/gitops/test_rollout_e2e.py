@@ -160,10 +160,13 @@ def test_rollout_observe_recommend_apply_and_stale_plan(fleet: ApiFleet, tmp_pat
     )
     assert hosts == ["local-1", "local-2"]
 
-    # 5. the twin was made before heartbeats changed the fleet: refused, moved inputs named
+    # 5. the twin was made before heartbeats changed the fleet: its actions differ now, so it
+    # is refused, naming the changed actions and the inputs that moved
     stale = gridctl(fleet, "apply", str(plan_c))
     assert stale.returncode == 1
-    assert "stale plan: revision, " in stale.stderr and "residencies" in stale.stderr
+    assert "stale plan: the controller would now act differently after " in stale.stderr
+    assert "residencies" in stale.stderr.splitlines()[0]
+    assert "plan again" in stale.stderr
     assert "moved residencies: " in stale.stderr
     assert f"+local-2/{GEMMA} ready managed" in stale.stderr
     assert "moved revision: +previous profiles " in stale.stderr
