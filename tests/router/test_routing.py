@@ -201,9 +201,12 @@ async def test_a_full_engine_queues_requests_at_the_router_with_a_bound(
     await rig.upstream.aclose()
 
 
-async def until(condition: Callable[[], bool]) -> None:
-    """Wait (polling the loop) until ``condition`` holds: a slot taken, a queue formed."""
+async def until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Wait (polling the loop) until ``condition`` holds: a slot taken, a queue formed;
+    fail after ``timeout`` seconds instead of waiting for ever."""
+    deadline = asyncio.get_running_loop().time() + timeout
     while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition never held"
         await asyncio.sleep(0.002)
 
 
@@ -231,7 +234,7 @@ async def served_in_line(
     async with rig.client() as client:
 
         async def ask(i: int) -> int:
-            reply = await chat(client, max_tokens=i)
+            reply = await chat(client, max_tokens=i + 1)  # a valid body that names its request
             order.append(i)
             return reply.status_code
 
