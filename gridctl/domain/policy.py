@@ -98,6 +98,8 @@ class ControllerPolicy:
     attribution_full_samples: int = 8
     affinity_route_slack: float = 0.2
     affinity_key_max_bytes: int = 256
+    router_caller_slot_share: float = 0.5
+    router_max_waiting_per_caller: int = 128
     trace_max_bytes: int = 5242880
 
 

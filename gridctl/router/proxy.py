@@ -7,8 +7,10 @@ caller's credentials, and never the caller's ``X-Grid-Affinity-Key``.
 
 A request that finds every admissible route full waits (bounded) for a slot
 rather than overfilling an engine: effective concurrency is the hard admission
-boundary. A failed POST is never replayed: the caller gets the error, the
-engine's circuit records it, and only later requests go elsewhere.
+boundary. Callers share a model's slots (``gridctl.router.fairness``): while
+another caller waits, none holds more than its share, and none fills the line.
+A failed POST is never replayed: the caller gets the error, the engine's
+circuit records it, and only later requests go elsewhere.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from gridctl.router.attribution import NO_ESTIMATE, Attribution
 from gridctl.router.breakers import Breakers, BreakerTunables, CircuitKey
 from gridctl.router.choosing import Candidate, choose, token_hint
 from gridctl.router.confirming import ConfirmingBreakers, HealthCheck
+from gridctl.router.fairness import CallerShares, caller_of, share_of
 from gridctl.router.features import RequestFeatures, request_features
 from gridctl.router.requestshape import refused_shape
 from gridctl.router.sse import UsageParser, completion_tokens
@@ -110,6 +113,7 @@ class Router:
         # made each release cost as many wake-ups and re-choices as there were waiters)
         self._waiters: dict[str, deque[asyncio.Future[bool]]] = {}
         self._waiting: dict[str, int] = {}
+        self.shares = CallerShares()  # per model and caller: slots held, requests waiting
         self.unbound: UnboundDirectory | None = None  # set by the controller service
 
     def breaker_tunables(self) -> BreakerTunables:
@@ -216,7 +220,12 @@ class Router:
         refused = self._endpoint_refusal(model, endpoint, path)
         if refused is not None:
             return refused
-        route = await self._admit(model, token_hint(payload), session)
+        caller = caller_of(request)
+        try:
+            route = await self._admit(model, token_hint(payload), session, caller)
+        except CallerLineFull as full:
+            observe("rejected", 429, None)
+            return full.answer()
         waited[0] = time.monotonic() - started
         if route is None:
             observe("rejected", 503, None)
@@ -227,7 +236,7 @@ class Router:
                 "service_unavailable",
                 "no_ready_replica",
             )
-        return await self._send(request, route, path, body, stream, observe)
+        return await self._send(request, route, caller, path, body, stream, observe)
 
     def _endpoint_refusal(self, model: str, endpoint: str, path: str) -> Response | None:
         """A 400 naming the endpoint when the model's replicas do not serve it (an engine
@@ -283,15 +292,20 @@ class Router:
             )
 
         route = None
+        caller = caller_of(request)
         if decision.model is not None:
-            route = await self._admit(decision.model, token_hint(payload), session)
+            try:
+                route = await self._admit(decision.model, token_hint(payload), session, caller)
+            except CallerLineFull as full:
+                observe("rejected", 429, None)
+                return full.answer()
         if decision.model is None or route is None:
             refused = refusal(decision)
             observe("rejected", refused.status, None)
             return JSONResponse(refused.body, status_code=refused.status, headers=refused.headers)
         body = body_for(payload, decision.model)
         stream = bool(payload.get("stream", False))
-        return await self._send(request, route, path, body, stream, observe)
+        return await self._send(request, route, caller, path, body, stream, observe)
 
     # -- admission ---------------------------------------------------------------------
 
@@ -315,7 +329,7 @@ class Router:
         ]
 
     def _try_admit(
-        self, model: str, tokens: int | None, session: bytes | None
+        self, model: str, tokens: int | None, session: bytes | None, caller: str
     ) -> EngineRoute | None:
         """Choose and claim a slot in one step (no await in between, so no race)."""
         policy = self.ctx.policy()
@@ -329,19 +343,38 @@ class Router:
                 return None
             if self.breakers.admit(circuit_key(route)):
                 self.ctx.registry.request_started(route.host_id, route.model_id, self.ctx.clock())
+                self.shares.admitted(route.model_id, caller)
                 return route
         return None
 
+    def _yields(self, model: str, caller: str) -> bool:
+        """Whether ``caller`` leaves a free slot of ``model`` to others: it holds its
+        share of the model's slots while a request of another caller waits."""
+        held = self.shares.held(model, caller)
+        if held == 0 or not self.shares.others_waiting(model, caller):
+            return False
+        slots = sum(c.capacity for c in self._candidates(model) if not c.circuit_open)
+        return held >= share_of(slots, self.ctx.policy().router_caller_slot_share)
+
     async def _admit(
-        self, model: str, tokens: int | None, session: bytes | None
+        self, model: str, tokens: int | None, session: bytes | None, caller: str
     ) -> EngineRoute | None:
-        route = self._try_admit(model, tokens, session)
-        if route is not None:
-            return route
+        """A claimed slot of ``model`` for ``caller``, after a bounded wait in line; None
+        when none came; ``CallerLineFull`` when the caller already fills its part of it."""
+        if not self._yields(model, caller):
+            route = self._try_admit(model, tokens, session, caller)
+            if route is not None:
+                return route
+        elif any(c.admissible for c in self._candidates(model)):
+            self._wake_next(model)  # the free slot is the waiting caller's
         if self._waiting.get(model, 0) >= MAX_WAITING_PER_MODEL:
             return None
+        limit = self.ctx.policy().router_max_waiting_per_caller
+        if self.shares.waiting(model, caller) >= limit:
+            raise CallerLineFull(model, limit)
         deadline = self.ctx.monotonic() + self.ctx.admission_wait_seconds
         self._waiting[model] = self._waiting.get(model, 0) + 1
+        self.shares.joined(model, caller)
         line = self._waiters.setdefault(model, deque())  # kept: one per configured model
         loop = asyncio.get_running_loop()
         turn: asyncio.Future[bool] | None = None
@@ -355,6 +388,7 @@ class Router:
                 if left <= 0:
                     return None
                 turn = loop.create_future()
+                self.shares.queued(turn, caller)
                 if front:  # the slot went to a newcomer, or its look found none
                     line.appendleft(turn)
                 else:
@@ -364,6 +398,7 @@ class Router:
                 try:
                     await turn
                 finally:
+                    self.shares.dequeued(turn)
                     for handle in timer:
                         handle.cancel()
                 looked = not turn.result()
@@ -371,7 +406,10 @@ class Router:
                 if looked:
                     with contextlib.suppress(ValueError):
                         line.remove(turn)  # looked again on its own: not in line meanwhile
-                route = self._try_admit(model, tokens, session)
+                if looked and self._yields(model, caller):
+                    self._wake_next(model)  # the free slot is another caller's turn
+                    continue
+                route = self._try_admit(model, tokens, session, caller)
                 if route is not None:
                     turn = None
                     if looked and line:
@@ -381,21 +419,26 @@ class Router:
                     return route
         finally:
             self._waiting[model] -= 1
+            self.shares.left(model, caller)
             if turn is not None:
-                if not turn.done():
-                    turn.cancel()  # the caller left: a release skips it
+                if not turn.done() or turn.cancelled():
+                    turn.cancel()  # the caller left: out of the line
                     with contextlib.suppress(ValueError):
                         line.remove(turn)
-                elif not turn.cancelled() and turn.result():
+                elif turn.result():
                     self._wake_next(model)  # woken, but gave up: the slot is the next one's
 
     def _wake_next(self, model: str) -> None:
-        """Hand a released slot of ``model`` to the first request still waiting for one."""
+        """Hand a released slot of ``model`` to the request next in line for one: the
+        first still waiting, unless another caller's request ranks before it
+        (``CallerShares.in_order``)."""
         line = self._waiters.get(model)
-        while line:
-            turn = line.popleft()
-            if turn.done():
-                continue  # cancelled, or already looking again
+        if not line:
+            return
+        while line and line[0].done():
+            line.popleft()  # cancelled, or already looking again
+        for turn in self.shares.in_order(model, line):
+            line.remove(turn)
             try:
                 running = asyncio.get_running_loop()
             except RuntimeError:
@@ -417,8 +460,9 @@ class Router:
         else:
             turn.set_result(True)
 
-    def _release(self, route: EngineRoute) -> None:
+    def _release(self, route: EngineRoute, caller: str) -> None:
         self.ctx.registry.request_finished(route.host_id, route.model_id, self.ctx.clock())
+        self.shares.released(route.model_id, caller)
         if route.model_id in self._waiters:
             self._wake_next(route.model_id)
 
@@ -428,6 +472,7 @@ class Router:
         self,
         request: Request,
         route: EngineRoute,
+        caller: str,
         path: str,
         body: bytes,
         stream: bool,
@@ -435,7 +480,7 @@ class Router:
     ) -> Response:
         key = circuit_key(route)
         if is_plain_off_loopback(route.endpoint):  # the controller refuses such endpoints too
-            self._release(route)
+            self._release(route, caller)
             observe("error", 502, route.host_id, sha=route.artifact_sha256)
             return openai_error(
                 502, "refusing to send a request over plain HTTP off loopback", "api_error"
@@ -450,18 +495,18 @@ class Router:
             )
         except UpstreamError as exc:
             self.breakers.record(key, None)
-            self._release(route)
+            self._release(route, caller)
             observe("error", 502, route.host_id, sha=route.artifact_sha256)
             return openai_error(
                 502, f"upstream engine on {route.host_id} failed: {exc.kind}", "upstream_error"
             )
         except BaseException:
             self.breakers.record(key, CLIENT_GONE)
-            self._release(route)
+            self._release(route, caller)
             raise
         ok = response.status < 400
         if not stream or not ok:
-            return await self._whole(route, response, sent, observe)
+            return await self._whole(route, caller, response, sent, observe)
 
         parser = UsageParser()
 
@@ -479,7 +524,7 @@ class Router:
                 await response.close()
                 parser.close()
                 self.breakers.record(key, status)
-                self._release(route)
+                self._release(route, caller)
                 if status == response.status:
                     self._attribute(route, time.monotonic() - sent, parser.completion_tokens)
                 observe(
@@ -499,6 +544,7 @@ class Router:
     async def _whole(
         self,
         route: EngineRoute,
+        caller: str,
         response: EngineResponse,
         sent: float,
         observe: Callable[..., None],
@@ -513,7 +559,7 @@ class Router:
         finally:
             await response.close()
             self.breakers.record(key, status)
-            self._release(route)
+            self._release(route, caller)
         if status is None:
             observe("error", 502, route.host_id, sha=route.artifact_sha256)
             return openai_error(502, f"upstream engine on {route.host_id} failed", "upstream_error")
@@ -599,3 +645,22 @@ def _look_again(turn: asyncio.Future[bool], line: deque[asyncio.Future[bool]] | 
         turn.set_result(False)
     else:
         turn.get_loop().call_later(RECHECK_SECONDS, _look_again, turn, line)
+
+
+class CallerLineFull(Exception):
+    """A caller already has its most requests waiting for a model: answered 429."""
+
+    def __init__(self, model: str, limit: int) -> None:
+        super().__init__(model)
+        self.model, self.limit = model, limit
+
+    def answer(self) -> Response:
+        refused = openai_error(
+            429,
+            f"this caller already has {self.limit} requests waiting for model "
+            f"'{self.model}' (router_max_waiting_per_caller); retry after some finish",
+            "rate_limit_error",
+            "caller_queue_full",
+        )
+        refused.headers["Retry-After"] = "1"
+        return refused

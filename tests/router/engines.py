@@ -85,6 +85,7 @@ class FakeEngine:
     posts: int = 0
     active: int = 0
     peak: int = 0
+    held: bool = False  # while set, requests wait before their delay (at most 30 s)
     headers: list[dict[str, str]] = field(default_factory=list)
     _server: uvicorn.Server | None = None
     _thread: threading.Thread | None = None
@@ -100,6 +101,9 @@ class FakeEngine:
         self.active += 1
         self.peak = max(self.peak, self.active)
         try:
+            until = time.monotonic() + 30.0
+            while self.held and time.monotonic() < until:
+                await asyncio.sleep(0.002)
             if self.delay:
                 await asyncio.sleep(self.delay)
             status = self.statuses.popleft() if self.statuses else 200
@@ -231,12 +235,12 @@ class RouterRig:
     def remove(self, engine: FakeEngine) -> None:
         self.registry.forget(engine.name)
 
-    def client(self) -> httpx.AsyncClient:
+    def client(self, address: str = "127.0.0.1") -> httpx.AsyncClient:
+        """A caller of the router from ``address`` (a loopback address names a caller)."""
         app = Starlette(routes=self.router.routes())  # the forwarded POSTs as the controller's
         app.add_middleware(ProxyFront, router=self.router, check=lambda _request: (None, None))
-        return httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://router", timeout=30
-        )
+        transport = httpx.ASGITransport(app=app, client=(address, 50000))
+        return httpx.AsyncClient(transport=transport, base_url="http://router", timeout=30)
 
 
 async def chat(client: httpx.AsyncClient, **extra: Any) -> httpx.Response:

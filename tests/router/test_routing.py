@@ -238,12 +238,14 @@ async def served_in_line(
             order.append(i)
             return reply.status_code
 
+        engine.held = True  # the first answer waits until the whole line has formed
         first = asyncio.ensure_future(ask(0))
         await until(lambda: engine.active > 0)  # the slot is taken
         queued: list[asyncio.Future[int]] = []
         for i in range(1, requests):
             queued.append(asyncio.ensure_future(ask(i)))
             await until(lambda: rig.router._waiting.get(MODEL, 0) >= len(queued))
+        engine.held = False
         statuses = await asyncio.gather(first, *queued)
     return list(statuses), order
 
