@@ -81,6 +81,7 @@ def profile_from_document(doc: dict[str, Any]) -> ModelProfile:
         min_gpu_memory_mb=spec["min_gpu_memory_mb"],
         chat_template=spec.get("chat_template"),
         endpoints=tuple(e for e in ENDPOINTS if e in spec.get("endpoints", DEFAULT_ENDPOINTS)),
+        max_output_tokens=spec.get("max_output_tokens", 32_768),
     )
 
 

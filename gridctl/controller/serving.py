@@ -310,6 +310,11 @@ class ControllerService:
         profile = current.profile(model) if current else None
         return profile.endpoints if profile else None
 
+    def _output_limit_of(self, model: str) -> int | None:
+        current = self.controller.current_desired()
+        profile = current.profile(model) if current else None
+        return profile.max_output_tokens if profile else None
+
     def _unavailable_reason(self, model: str) -> str:
         """Why ``model`` has no ready replica, from a per-model table the tick thread
         builds after each tick while 503s are being answered: a burst of 503s reads it
@@ -486,6 +491,7 @@ class ControllerService:
                 is_configured=self._configured,
                 unavailable_reason=self._unavailable_reason,
                 endpoints_of=self._endpoints_of,
+                output_limit_of=self._output_limit_of,
                 tap=self.tap,
                 upstream=engines,
                 policy=self.controller.policy,

@@ -58,6 +58,7 @@ class ModelProfile:
     min_gpu_memory_mb: int = 0
     chat_template: str | None = None  # a llama-server built-in name; None = the GGUF's own
     endpoints: tuple[str, ...] = DEFAULT_ENDPOINTS  # of ``ENDPOINTS``; embeddings needs a flag
+    max_output_tokens: int = 32_768  # the largest max_tokens a request may ask for
 
     def memory_for(self, runtime: str) -> int:
         """Resident footprint of one replica on ``runtime``."""

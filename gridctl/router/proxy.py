@@ -40,7 +40,7 @@ from gridctl.router.choosing import Candidate, choose, token_hint
 from gridctl.router.confirming import ConfirmingBreakers, HealthCheck
 from gridctl.router.fairness import CallerShares, caller_of, share_of
 from gridctl.router.features import RequestFeatures, request_features
-from gridctl.router.requestshape import refused_shape
+from gridctl.router.requestshape import over_model_limit, refused_shape
 from gridctl.router.sse import UsageParser, completion_tokens
 from gridctl.router.telemetry import RequestObservation, TelemetryTap
 from gridctl.router.unbound import (
@@ -88,6 +88,8 @@ class RouterContext:
     monotonic: Callable[[], float] = field(default=time.monotonic)
     # the endpoints a configured model's replicas serve (None: not known, not checked)
     endpoints_of: Callable[[str], tuple[str, ...] | None] | None = None
+    # a configured model's ``max_output_tokens`` (None: not known, the router's own bound)
+    output_limit_of: Callable[[str], int | None] | None = None
     # the controller policy in force: circuit, attribution and affinity tunables
     policy: Callable[[], ControllerPolicy] = field(default=lambda: DEFAULT_POLICY)
     # an engine's own health (base URL -> healthy): with it, a 5xx answer opens a circuit
@@ -217,7 +219,9 @@ class Router:
                 "invalid_request_error",
                 "model_not_found",
             )
-        refused = self._endpoint_refusal(model, endpoint, path)
+        refused = self._endpoint_refusal(model, endpoint, path) or self._limit_refusal(
+            model, endpoint, payload
+        )
         if refused is not None:
             return refused
         caller = caller_of(request)
@@ -251,6 +255,11 @@ class Router:
             "invalid_request_error",
             "endpoint_not_served",
         )
+
+    def _limit_refusal(self, model: str, endpoint: str, payload: dict[str, Any]) -> Response | None:
+        """A 400 when the request asks for more tokens than ``model``'s profile allows."""
+        limit = self.ctx.output_limit_of(model) if self.ctx.output_limit_of else None
+        return None if limit is None else over_model_limit(endpoint, payload, model, limit)
 
     async def _forward_unbound(
         self,
@@ -294,6 +303,9 @@ class Router:
         route = None
         caller = caller_of(request)
         if decision.model is not None:
+            refused_limit = self._limit_refusal(decision.model, endpoint, payload)
+            if refused_limit is not None:
+                return refused_limit
             try:
                 route = await self._admit(decision.model, token_hint(payload), session, caller)
             except CallerLineFull as full:

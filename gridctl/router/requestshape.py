@@ -220,12 +220,26 @@ def shape_refusal(
     return None
 
 
+def over_model_limit(
+    endpoint: str, payload: Mapping[str, Any], model: str, limit: int
+) -> JSONResponse | None:
+    """The 400 for a token limit above ``model``'s own ``max_output_tokens``, or None."""
+    if endpoint == "embeddings" or limit >= MAX_OUTPUT_TOKENS:
+        return None
+    refused = _token_limit(payload, limit)
+    if refused is None:
+        return None
+    return _answer(ShapeRefusal(refused.param, f"{refused.message} for model '{model}'"))
+
+
 def refused_shape(endpoint: str, payload: Mapping[str, Any]) -> JSONResponse | None:
     """The 400 (OpenAI error shape, ``param`` naming the field) for a malformed request,
     or None: the router's hook before admission, so a refused request holds no slot."""
     refusal = shape_refusal(endpoint, payload)
-    if refusal is None:
-        return None
+    return None if refusal is None else _answer(refusal)
+
+
+def _answer(refusal: ShapeRefusal) -> JSONResponse:
     body = {
         "error": {
             "message": refusal.message,

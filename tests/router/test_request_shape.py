@@ -141,3 +141,47 @@ async def test_malformed_requests_never_reach_the_engine_nor_open_its_breaker(
         service.stop_ticking()
     assert len(reached) == 5  # only the normal requests were forwarded
     assert service.router.breakers.describe() == []
+
+
+@pytest.mark.anyio
+async def test_a_models_max_output_tokens_bounds_its_requests(tmp_path: Path) -> None:
+    """A profile's ``max_output_tokens`` lowers the router's bound for that model only:
+    above it a 400 naming the field, never forwarded; at it the request is served."""
+    reached: list[Any] = []
+
+    def engine(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/chat/completions"):
+            reached.append(json.loads(request.content))
+        return engine_handler(request)
+
+    files = dict(ONE_GEMMA)
+    files["gemma.yaml"] += "  max_output_tokens: 64\n"
+    service, clock = sim_service(tmp_path, files, engine=engine)
+    app = service.build_app()
+    service.start_ticking()
+    try:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://ctl"
+        ) as client:
+            node = SimNode.for_controller(
+                service.options.state_dir, "local-1", client, clock, cached={"gemma": GEMMA_SHA}
+            )
+            assert (await node.register()).status_code == 200
+            for _ in range(8):
+                await node.heartbeat()
+                await service.probe_once(service.upstream)
+            for name in ("max_tokens", "max_completion_tokens"):
+                over = await client.post(
+                    "/v1/chat/completions", json={"model": "gemma", "messages": HELLO, name: 65}
+                )
+                assert over.status_code == 400, over.text
+                error = over.json()["error"]
+                assert error["param"] == name
+                assert "from 1 to 64 for model 'gemma'" in error["message"]
+            at = await client.post(
+                "/v1/chat/completions", json={"model": "gemma", "messages": HELLO, "max_tokens": 64}
+            )
+            assert at.status_code == 200, at.text
+    finally:
+        service.stop_ticking()
+    assert [body.get("max_tokens") for body in reached] == [64]
