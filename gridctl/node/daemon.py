@@ -30,6 +30,7 @@ from types import FrameType
 import httpx
 import psutil
 
+from gridctl import logs
 from gridctl.credentials import read_node_credential
 from gridctl.errors import PermanentError
 from gridctl.node.actuator import HostActuator, MemoryLimits, PortRange
@@ -301,6 +302,7 @@ def stop_orphaned_engines(parts: NodeParts) -> list[str]:
 
 def run_daemon(config: NodeConfig, *, instance_id: str) -> int:
     """Run the node in this process until SIGTERM/SIGINT; returns the exit code."""
+    logs.bind(host=config.host_id)  # every line of this daemon names its host
     with instance_lock(config.state_dir):
         parts = build_node(config, instance_id=instance_id)
         for warning in parts.store.warnings:
