@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,9 +40,11 @@ from gridctl.node.artifacts import ArtifactCache
 from gridctl.node.enginekey import ensure_engine_key
 from gridctl.node.executor import CommandExecutor
 from gridctl.node.gpus import probe_gpus
+from gridctl.node.idle_logind import LogindIdle
 from gridctl.node.intake import CommandIntake
 from gridctl.node.joining import NodeIdentity
 from gridctl.node.mirroring import PeerMirror
+from gridctl.node.network_state import with_network_rule
 from gridctl.node.processes import observe_identity, stop_proven
 from gridctl.node.protecting import ProtectionLoop
 from gridctl.node.protection import ProtectionPolicy
@@ -172,10 +175,16 @@ def build_node(
     intake = CommandIntake(store, config.host_id, clock=clock)
     token_file = config.token_file
     read_node_credential(token_file)  # fail fast on a missing or group-readable file
+    idle_fallback = LogindIdle() if sys.platform.startswith("linux") else None
     protection = ProtectionLoop(
-        config.policy,
+        with_network_rule(config.policy, config.controller_url),
         read=lambda: read_sensors(
-            config.host_id, cache.root, controller_silent_seconds=_silence(agent_ref)
+            config.host_id,
+            cache.root,
+            controller_silent_seconds=_silence(agent_ref),
+            state_dir=config.state_dir,
+            controller_url=config.controller_url,
+            idle_fallback=idle_fallback,
         ),
         busy=lambda: any(r.active_requests > 0 for r in store.residencies()),
         store=store,
