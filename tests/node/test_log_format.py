@@ -141,3 +141,23 @@ def test_a_detached_node_passes_its_log_format_to_the_daemon(tmp_path: object) -
     )
     flags = _start_flags(args)
     assert flags[flags.index("--log-format") + 1] == "json"
+
+
+def test_controller_events_are_records_with_the_action_context(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from gridctl.controller.eventlog import EventLog
+
+    events = EventLog(lambda: 100.0)
+    events.context = lambda: {"plan_generation": "g:7", "term": 4}
+    with caplog.at_level(logging.INFO, logger="gridctl.controller.events"):
+        events("delivered", action_id="a1", host_id="h1", model_id="m", message="warm")
+        events.record("issued", {"action_id": "a2", "host_id": "h1"}, plan_generation="g:8")
+    first, second = caplog.records
+    doc = json.loads(logs.JsonLogFormatter().format(first))
+    assert doc["message"] == "delivered action a1 host h1 model m: warm"
+    assert (doc["action_id"], doc["host"], doc["model"]) == ("a1", "h1", "m")
+    assert (doc["plan_generation"], doc["term"], doc["event"]) == ("g:7", 4, "delivered")
+    assert json.loads(logs.JsonLogFormatter().format(second))["plan_generation"] == "g:8"
+    # the rows status shows are what they were: no log-only field joins them
+    assert set(events.rows()[0]) == {"at", "event", "host_id", "model_id", "action_id", "message"}
