@@ -44,6 +44,7 @@ class FleetSettings:
     capacity_mb: int = 0  # per logical host, computed when 0
     engine_port_base: int = PORT_BASE
     worktree: bool = False  # the controller follows files on disk, not commits
+    log_format: str = "text"  # the controller's and nodes' --log-format
 
     def key(self) -> dict[str, object]:
         return {k: v for k, v in asdict(self).items() if k != "capacity_mb"}
@@ -183,6 +184,8 @@ def start_fleet(settings: FleetSettings, *, detached: bool, say: object = print)
             f"{settings.host}:{settings.port}",
             "--no-context",  # `gridctl up` records the fleet's context itself
             *(["--worktree"] if settings.worktree else []),
+            "--log-format",
+            settings.log_format,
         ],
         ctl_log,
         detached,
@@ -234,6 +237,8 @@ def start_fleet(settings: FleetSettings, *, detached: bool, say: object = print)
                 f"{first}-{first + PORTS_PER_HOST - 2}",
                 "--artifact-listen",  # the last port of the host's block: its peer mirror
                 f"127.0.0.1:{first + PORTS_PER_HOST - 1}",
+                "--log-format",
+                settings.log_format,
                 "--foreground",
             ],
             log,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,6 +14,8 @@ from gridctl.client import DEFAULT_CONTROLLER
 from gridctl.controller.reading import DEFAULT_INTERVAL_SECONDS, SourceOptions
 from gridctl.credentials import DEFAULT_TTL_SECONDS
 from gridctl.errors import GridctlError
+from gridctl.logs import add_log_format_argument
+from gridctl.logs import configure as configure_logging
 from gridctl.wallclock import wall_clock
 
 if TYPE_CHECKING:
@@ -217,7 +220,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default="auto",
         help="router API keys on /v1/*: auto requires them off loopback (default)",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="log at INFO level (json logs always do)"
+    )
+    add_log_format_argument(parser)
     parser.set_defaults(func=run)
 
 
@@ -246,10 +252,10 @@ def shared_store(args: argparse.Namespace) -> PostgresLocation | None:
 def run(args: argparse.Namespace) -> int:
     from gridctl.controller.serving import ControllerService, ServiceOptions, TlsOptions
 
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    # a json log feeds a pipeline, which filters by level itself: it gets INFO too
+    verbose = args.verbose or args.log_format == "json"
+    configure_logging(args.log_format, logging.INFO if verbose else logging.WARNING)
+    say = _announcer(args.log_format)
     if args.watch is not None and not args.watch.is_dir():
         print(f"error: --watch {args.watch}: not a directory", file=sys.stderr)
         return 1
@@ -287,19 +293,41 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     where = f"store {shared.describe()}" if shared is not None else f"state {args.state}"
-    print(f"gridctl controller on {service.url} ({where})", flush=True)
+    say(f"gridctl controller on {service.url} ({where})")
     if args.state is not None and not args.no_context:
-        _record_context(service.url, Path(args.state), service.tls_enabled)
+        _record_context(service.url, Path(args.state), service.tls_enabled, say)
     if service.identity is not None and service.tls_enabled:
-        print(f"fleet CA {service.identity.pinned_fingerprint()}", flush=True)
+        say(f"fleet CA {service.identity.pinned_fingerprint()}")
     if service.source is not None:
-        print(f"desired state: {describe_source(service.source.status())}", flush=True)
+        say(f"desired state: {describe_source(service.source.status())}")
     service.run()
     return 0
 
 
-def _record_context(url: str, state: Path, tls: bool) -> None:
+Announce = Callable[..., None]  # (line, *, warning=False)
+
+
+def _announcer(log_format: str) -> Announce:
+    """Startup lines: printed as ever in text mode, log records (JSON) in json mode, so
+    every line of a json controller's output parses."""
+    if log_format != "json":
+
+        def show(line: str, *, warning: bool = False) -> None:
+            print(line, file=sys.stderr if warning else sys.stdout, flush=True)
+
+        return show
+    announce = logging.getLogger("gridctl.controller.startup")
+    announce.setLevel(logging.INFO)  # shown without --verbose, as the printed lines are
+
+    def record(line: str, *, warning: bool = False) -> None:
+        announce.log(logging.WARNING if warning else logging.INFO, "%s", line)
+
+    return record
+
+
+def _record_context(url: str, state: Path, tls: bool, say: Announce | None = None) -> None:
     """Make this controller the current context, so plain `gridctl status` finds it."""
+    say = say or _announcer("text")
     from gridctl import contexts
     from gridctl.credentials import OPERATOR_CAPABILITY_FILE
 
@@ -314,9 +342,9 @@ def _record_context(url: str, state: Path, tls: bool) -> None:
     try:
         contexts.record(context)
     except (OSError, contexts.ContextError) as exc:
-        print(f"warning: context not recorded: {exc}", file=sys.stderr)
+        say(f"warning: context not recorded: {exc}", warning=True)
         return
-    print(f"context {context.name} is current (`gridctl context show`)", flush=True)
+    say(f"context {context.name} is current (`gridctl context show`)")
 
 
 def describe_source(status: dict[str, object]) -> str:

@@ -29,6 +29,8 @@ from gridctl.cli.drain_check import Stuck, cannot_complete_lines, stuck_replicas
 from gridctl.client import ControllerClient, ControllerError
 from gridctl.domain.states import HostState
 from gridctl.errors import GridctlError
+from gridctl.logs import add_log_format_argument
+from gridctl.logs import configure as configure_logging
 from gridctl.node import overrides
 from gridctl.node.actuator import PortRange
 from gridctl.node.agent import AGENT_STATUS_META
@@ -129,6 +131,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="always-on server: ignore user activity and battery",
     )
     start.add_argument("--foreground", action="store_true", help="run in this process")
+    add_log_format_argument(start)
     start.add_argument("--start-timeout", type=float, default=60.0)
     start.add_argument("--instance-id", default=None, help=argparse.SUPPRESS)
     start.set_defaults(func=run_start)
@@ -290,9 +293,7 @@ def run_start(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     if args.foreground:
-        logging.basicConfig(
-            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
+        configure_logging(args.log_format, logging.INFO)
         logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per probe is noise
         try:
             return run_daemon(config, instance_id=args.instance_id or secrets.token_hex(8))
@@ -364,6 +365,8 @@ def _start_flags(args: argparse.Namespace) -> list[str]:
         str(args.engine_parallel),
         "--stop-idle-seconds",
         str(args.stop_idle_seconds),
+        "--log-format",
+        args.log_format,
     ]
     if args.tags:
         flags += ["--tags", args.tags]

@@ -29,6 +29,7 @@ from gridctl.fleetrun import (
     start_fleet,
     stop_fleet,
 )
+from gridctl.logs import add_log_format_argument
 from gridctl.printable import one_line
 
 
@@ -73,6 +74,7 @@ def _fleet_args(parser: argparse.ArgumentParser) -> None:
         metavar="PORT",
         help="first engine port; each logical host gets 50 (default 23000)",
     )
+    add_log_format_argument(parser)  # of the controller's and the nodes' logs
 
 
 def _settings(args: argparse.Namespace) -> FleetSettings:
@@ -84,6 +86,7 @@ def _settings(args: argparse.Namespace) -> FleetSettings:
         state_root=str(Path(root).resolve()),
         port=args.port,
         engine_port_base=args.engine_port_base,
+        log_format=args.log_format,
     )
 
 

@@ -85,6 +85,7 @@ class Controller:
             self._continue_from_store,
         )
         self.lease, self.authority = lease, self.steering.authority
+        self.events.context = self._log_context
         self.delivery = Delivery(self)
         self.learning = LearningStore(self.demand, store)
         self.view = TickView()  # replaced whole by each tick: readers never lock
@@ -212,6 +213,10 @@ class Controller:
             or self.registry.plans_differently(before, record, now)
         )
         return self.note_input(semantic=semantic, safety=changed)
+
+    def _log_context(self) -> dict[str, object]:
+        """The plan generation and authority term a log line about an action carries."""
+        return {"plan_generation": self.view.generation, "term": self.steering.authority.term}
 
     def _apply_ack(self, ack: dict[str, Any], host_id: str) -> None:
         duration = ack.get("duration_seconds")
@@ -371,7 +376,7 @@ class Controller:
             self.store.set_watermark(model, used)
         self._previous_profiles = {p.name: p for p in desired.profiles}
         self._grace = result.memory.grace
-        self.events.tick(result, held)
+        self.events.tick(result, held, plan_generation=generation)
         bundle = None
         if outcome.portfolio is not None:
             hosts, profiles = outcome.snapshot.hosts, tuple(desired.profiles)

@@ -128,6 +128,7 @@ def server_config(app: Starlette, host: str, port: int, **options: Any) -> uvico
         port=port,
         http=OneWriteHttpToolsProtocol,
         log_level="warning",
+        log_config=None,  # its records go to this process's handlers (text or json lines)
         access_log=False,
         proxy_headers=False,  # no client address is read, and none is taken from a header
         timeout_keep_alive=KEEP_ALIVE_SECONDS,

@@ -39,6 +39,7 @@ import httpx
 from gridctl.credentials import NODE_TOKEN_HEADER
 from gridctl.domain.states import HostState
 from gridctl.errors import PermanentError, TransientError
+from gridctl.logs import command_fields
 from gridctl.node import overrides, reports
 from gridctl.node.actuator import HostActuator
 from gridctl.node.controllers import ControllerSet
@@ -256,6 +257,17 @@ class NodeAgent:
         self.store.mark_acked(
             [r.action_id for r in pending], {r.action_id: r.status for r in pending}
         )
+        for receipt in pending:
+            log.info(
+                "acknowledged action %s %s %s: %s",
+                receipt.action_id,
+                receipt.kind,
+                receipt.status,
+                receipt.message,
+                extra=command_fields(
+                    {**receipt.command, "action_id": receipt.action_id}, "acknowledged"
+                ),
+            )
         self.status["heartbeats"] += 1
         self.status["last_heartbeat_at"] = self.clock()
         try:

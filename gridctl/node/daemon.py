@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,6 +31,7 @@ from types import FrameType
 import httpx
 import psutil
 
+from gridctl import logs
 from gridctl.credentials import read_node_credential
 from gridctl.errors import PermanentError
 from gridctl.node.actuator import HostActuator, MemoryLimits, PortRange
@@ -38,9 +40,11 @@ from gridctl.node.artifacts import ArtifactCache
 from gridctl.node.enginekey import ensure_engine_key
 from gridctl.node.executor import CommandExecutor
 from gridctl.node.gpus import probe_gpus
+from gridctl.node.idle_logind import LogindIdle
 from gridctl.node.intake import CommandIntake
 from gridctl.node.joining import NodeIdentity
 from gridctl.node.mirroring import PeerMirror
+from gridctl.node.network_state import with_network_rule
 from gridctl.node.processes import observe_identity, stop_proven
 from gridctl.node.protecting import ProtectionLoop
 from gridctl.node.protection import ProtectionPolicy
@@ -171,10 +175,16 @@ def build_node(
     intake = CommandIntake(store, config.host_id, clock=clock)
     token_file = config.token_file
     read_node_credential(token_file)  # fail fast on a missing or group-readable file
+    idle_fallback = LogindIdle() if sys.platform.startswith("linux") else None
     protection = ProtectionLoop(
-        config.policy,
+        with_network_rule(config.policy, config.controller_url),
         read=lambda: read_sensors(
-            config.host_id, cache.root, controller_silent_seconds=_silence(agent_ref)
+            config.host_id,
+            cache.root,
+            controller_silent_seconds=_silence(agent_ref),
+            state_dir=config.state_dir,
+            controller_url=config.controller_url,
+            idle_fallback=idle_fallback,
         ),
         busy=lambda: any(r.active_requests > 0 for r in store.residencies()),
         store=store,
@@ -301,6 +311,7 @@ def stop_orphaned_engines(parts: NodeParts) -> list[str]:
 
 def run_daemon(config: NodeConfig, *, instance_id: str) -> int:
     """Run the node in this process until SIGTERM/SIGINT; returns the exit code."""
+    logs.bind(host=config.host_id)  # every line of this daemon names its host
     with instance_lock(config.state_dir):
         parts = build_node(config, instance_id=instance_id)
         for warning in parts.store.warnings:

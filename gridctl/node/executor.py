@@ -21,6 +21,7 @@ from typing import Any
 
 from gridctl.domain.states import HostState
 from gridctl.errors import GridctlError
+from gridctl.logs import command_fields
 from gridctl.node.actuator import HostActuator, LifecycleRequest, Outcome
 from gridctl.node.intake import Admitted
 
@@ -205,4 +206,11 @@ class CommandExecutor:
             )
         )
         self.changed.set()
-        log.info("action %s %s %s: %s", command["action_id"], command["kind"], status, message)
+        log.info(
+            "action %s %s %s: %s",
+            command["action_id"],
+            command["kind"],
+            status,
+            message,
+            extra=command_fields(command, status),
+        )

@@ -10,6 +10,7 @@ A command id seen before is not run twice.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -17,12 +18,14 @@ from typing import Any
 
 from gridctl.config.schemas import validator
 from gridctl.errors import WireError
+from gridctl.logs import command_fields
 from gridctl.node.records import FenceMemory, Receipt
 from gridctl.node.statestore import NodeStateStore
 from gridctl.reconcile.fencing import FencedCommand, NodeFenceState, admit_command
 from gridctl.reconcile.generations import PlanGeneration
 
 COMMAND_SCHEMA = "wire/command.schema.json"
+log = logging.getLogger("gridctl.node.intake")
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,14 @@ class CommandIntake:
         return Admitted(dict(command), admission.deadline)
 
     def _receipt(self, command: Mapping[str, Any], status: str, reason: str, message: str) -> None:
+        log.info(
+            "delivered action %s %s %s: %s",
+            command["action_id"],
+            str(command.get("kind", "?"))[:32],
+            str(command.get("model_id", "?"))[:128],
+            message,
+            extra=command_fields(command, "delivered"),
+        )
         self.store.put_receipt(
             Receipt(
                 action_id=str(command["action_id"]),

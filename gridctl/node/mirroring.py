@@ -58,6 +58,7 @@ class PeerMirror:
         config = uvicorn.Config(
             build_app(objects=objects),
             log_level="warning",
+            log_config=None,  # its records go to the daemon's handlers (text or json lines)
             access_log=False,
             ssl_certfile=str(cert_file) if tls else None,
             ssl_keyfile=str(key_file) if tls else None,

@@ -56,7 +56,10 @@ class Readings:
     load_per_cpu: float | None = None  # 1-minute load average over logical CPUs
     gpu_memory_percent: float | None = None
     controller_silent_seconds: float | None = None  # since the last successful heartbeat
-    disk_free_mb: int | None = None  # reported for disk admission; changes no state
+    disk_free_mb: int | None = None  # the artifact volume (also reported for disk admission)
+    state_disk_free_mb: int | None = None  # the volume of the node's state store
+    network_link_up: bool | None = None  # some non-loopback interface is up
+    network_route_up: bool | None = None  # a route reaches the controller (or a default one)
 
     def merged(self, values: Mapping[str, Any]) -> Readings:
         known = {f.name for f in dataclasses.fields(self)}
@@ -95,6 +98,12 @@ class ProtectionPolicy:
     gpu_memory_recover_below_percent: float = 85.0
     controller_silent_after_seconds: float | None = 30.0
     controller_silent_state: str = "throttled"
+    disk_throttle_below_free_mb: float | None = 2048.0
+    disk_unhealthy_below_free_mb: float | None = 256.0
+    disk_recover_above_free_mb: float = 4096.0
+    # None: the daemon decides (needed unless the controller is on this machine's loopback)
+    network_required: bool | None = None
+    network_lost_state: str = "unhealthy"
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any]) -> ProtectionPolicy:
@@ -183,6 +192,7 @@ def conditions(policy: ProtectionPolicy) -> list[Condition]:
             lambda r: _below(r.controller_silent_seconds, p.controller_silent_after_seconds),
         ),
     ]
+    rules += disk_and_network_conditions(p)
     if not p.dedicated:
         rules += [
             Condition(
@@ -202,6 +212,55 @@ def conditions(policy: ProtectionPolicy) -> list[Condition]:
                 HostState.THROTTLED,
                 lambda r: _battery_low(r, p.battery_throttle_below_percent),
                 lambda r: _battery_ok(r, p.battery_recover_above_percent),
+            ),
+        ]
+    return rules
+
+
+def _disk_under(r: Readings, limit: float | None, *, or_at: bool = False) -> bool | None:
+    """Either volume under ``limit`` is True; otherwise an unknown volume is unknown."""
+    if limit is None:
+        return False
+    values = (r.disk_free_mb, r.state_disk_free_mb)
+    if any(v is not None and (v <= limit if or_at else v < limit) for v in values):
+        return True
+    return None if None in values else False
+
+
+def _negated(value: bool | None) -> bool | None:
+    return None if value is None else not value
+
+
+def disk_and_network_conditions(p: ProtectionPolicy) -> list[Condition]:
+    """Disk pressure on the artifact and state volumes; losing the network (when the
+    controller is not on this machine) is the spec's connectivity failure."""
+    rules = [
+        Condition(
+            "disk_critical",
+            HostState.UNHEALTHY,
+            lambda r: _disk_under(r, p.disk_unhealthy_below_free_mb),
+            lambda r: _negated(_disk_under(r, p.disk_recover_above_free_mb, or_at=True)),
+        ),
+        Condition(
+            "disk_low",
+            HostState.THROTTLED,
+            lambda r: _disk_under(r, p.disk_throttle_below_free_mb),
+            lambda r: _negated(_disk_under(r, p.disk_recover_above_free_mb, or_at=True)),
+        ),
+    ]
+    if p.network_required:
+        rules += [
+            Condition(
+                "network_link_down",
+                HostState(p.network_lost_state),
+                lambda r: _negated(r.network_link_up),
+                lambda r: r.network_link_up,
+            ),
+            Condition(
+                "network_route_lost",
+                HostState(p.network_lost_state),
+                lambda r: _negated(r.network_route_up),
+                lambda r: r.network_route_up,
             ),
         ]
     return rules

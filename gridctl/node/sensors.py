@@ -2,8 +2,11 @@
 
 Every reader returns ``None`` rather than guessing: a laptop without a
 temperature sensor has an *unknown* temperature, not a cool one. User idle
-time is read on macOS (``ioreg`` HIDIdleTime) and from an X11 session when
-``xprintidle`` exists; elsewhere it is unknown.
+time is read on macOS (``ioreg`` HIDIdleTime), from an X11 session when
+``xprintidle`` exists, and otherwise from systemd-logind's idle hints over D-Bus
+(``idle_logind``: Wayland and console sessions); elsewhere it is unknown. Free
+space on the artifact and state volumes comes from ``disk_space``, the network
+link and the route to the controller from ``network_state``.
 
 Test hook: when ``GRIDCTL_SENSOR_OVERRIDES`` names a JSON file, its entry for
 this host (or ``"*"``) replaces the matching readings, e.g.
@@ -18,19 +21,29 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+from gridctl.node.disk_space import read_disks
 from gridctl.node.gpus import probe_gpus
+from gridctl.node.network_state import read_network
 from gridctl.node.protection import Readings
 
 OVERRIDES_ENV = "GRIDCTL_SENSOR_OVERRIDES"
-MIB = 1024 * 1024
 
 
-def _idle_seconds() -> float | None:
+def _idle_seconds(fallback: Callable[[], float | None] | None = None) -> float | None:
+    """macOS or X11 when they answer, else ``fallback`` (logind on Linux)."""
+    precise = _precise_idle_seconds()
+    if precise is None and fallback is not None:
+        return fallback()
+    return precise
+
+
+def _precise_idle_seconds() -> float | None:
     try:
         if os.uname().sysname == "Darwin" and shutil.which("ioreg"):
             out = subprocess.run(
@@ -72,13 +85,6 @@ def _load_per_cpu() -> float | None:
         return None
 
 
-def _disk_free_mb(root: Path) -> int | None:
-    try:
-        return int(shutil.disk_usage(root).free // MIB)
-    except OSError:
-        return None
-
-
 def injected(host_id: str) -> dict[str, Any]:
     """The test hook's readings for this host (empty when the hook is not set)."""
     path = os.environ.get(OVERRIDES_ENV)
@@ -99,14 +105,22 @@ def injected(host_id: str) -> dict[str, Any]:
 
 
 def read_sensors(
-    host_id: str, artifact_root: Path, *, controller_silent_seconds: float | None
+    host_id: str,
+    artifact_root: Path,
+    *,
+    controller_silent_seconds: float | None,
+    state_dir: Path | None = None,
+    controller_url: str | None = None,
+    idle_fallback: Callable[[], float | None] | None = None,
 ) -> Readings:
     """One sample of this machine (the first CPU sample after start reads as unknown)."""
+    disks = read_disks(artifact_root, state_dir)
+    network = read_network(controller_url)
     battery, plugged = _battery()
     memory = psutil.virtual_memory()
     cpu = psutil.cpu_percent(interval=None)
     readings = Readings(
-        idle_seconds=_idle_seconds(),
+        idle_seconds=_idle_seconds(idle_fallback),
         battery_percent=battery,
         on_ac_power=plugged,
         temperature_c=_temperature(),
@@ -115,6 +129,9 @@ def read_sensors(
         load_per_cpu=_load_per_cpu(),
         gpu_memory_percent=gpus.used_percent if (gpus := probe_gpus()) else None,  # unknown != 0
         controller_silent_seconds=controller_silent_seconds,
-        disk_free_mb=_disk_free_mb(artifact_root),
+        disk_free_mb=disks.artifact_free_mb,
+        state_disk_free_mb=disks.state_free_mb,
+        network_link_up=network.link_up,
+        network_route_up=network.route_up,
     )
     return readings.merged(injected(host_id))
