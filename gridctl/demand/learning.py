@@ -236,7 +236,7 @@ class DemandLearner:
                 continue
             rate = max(demand.requests_per_minute, recent_rate(series, now))
             service = _mean_service(series)
-            queue = _current_queue(series, now)
+            queue = max(_current_queue(series, now), _unmet_work(series, now))
             rows[name] = WorkloadDemand(
                 workload=name,
                 requests=demand.sample_count,
@@ -273,3 +273,10 @@ def _current_queue(series: BucketSeries, now: float) -> float:
     """Queue of the current or previous bucket only: older queues are not current pressure."""
     oldest = bucket_start(now, series.width) - series.width
     return max((b.max_queue for b in series.buckets if oldest <= b.start <= now), default=0.0)
+
+
+def _unmet_work(series: BucketSeries, now: float) -> float:
+    """Requests of the current or previous bucket that no model took: an unbound workload's
+    queue (its work waits for a model, not behind a busy engine, so no engine reports it)."""
+    oldest = bucket_start(now, series.width) - series.width
+    return float(sum(b.refused for b in series.buckets if oldest <= b.start <= now))

@@ -147,16 +147,18 @@ def spare_capacity_proof(inputs: PortfolioInputs, base: Plan) -> bool:
         desired.setdefault(a.host_id, set()).add(a.model_id)
     free = 0
     largest = 0
+    resident: set[str] = set()  # a live copy is a feasible copy: it is not needed twice
     for host in inputs.snapshot.hosts:
         limit = host.resources.max_models
         if limit <= 0 or host.state.value not in ("accepting", "throttled"):
             continue  # unknown model-slot limits give no hypothetical headroom
         live = {r.model_id for r in host.residencies}
+        resident |= live
         host_free = max(0, limit - len(desired.get(host.host_id, set()) | live))
         free += host_free
         largest = max(largest, host_free)
     placed = {a.model_id for a in base.assignments}
-    enabled = {p.name for p in inputs.profiles if p.workload_scores} - placed
+    enabled = {p.name for p in inputs.profiles if p.workload_scores} - placed - resident
     return free - largest >= 2 + len(enabled)
 
 

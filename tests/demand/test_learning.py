@@ -254,3 +254,28 @@ def test_a_model_that_only_refused_has_no_measured_service_time() -> None:
     profile = ModelProfile(name="coder", memory_mb=1024, expected_service_seconds=6.0)
     expected = demand.requests_per_minute / 60.0 * 6.0 + demand.queue_depth
     assert direct_concurrency(profile, demand) == expected
+
+
+def test_unbound_requests_no_model_took_are_the_workloads_queued_work() -> None:
+    """An unbound request that found no model waits for one, so it is the workload's
+    queued work (offered concurrency) for the current and the previous bucket: a long
+    video job can earn its canary at once. Served requests are not queued work, and a
+    refusal older than the previous bucket is no longer current."""
+    book = learner()
+    for outcome in ("rejected", "ok"):
+        book.observe(
+            features_of(
+                t=T0,
+                endpoint="chat",
+                model=None,
+                served_model="general" if outcome == "ok" else None,
+                workload="coding",
+                service_seconds=0.0 if outcome == "rejected" else 2.0,
+                outcome=outcome,
+            )
+        )
+    (now,) = book.picture(T0 + 1.0).workloads
+    assert now.queue_depth == 1.0
+    assert now.offered_concurrency >= 1.0
+    (later,) = book.picture(T0 + 2 * POLICY.demand_bucket_seconds + 1.0).workloads
+    assert later.queue_depth == 0.0

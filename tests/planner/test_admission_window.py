@@ -173,7 +173,8 @@ def test_below_the_gate_with_nothing_ready_still_awaits_the_plan() -> None:
     for coder in (None, ResidencyState.WARMING, ResidencyState.DRAINING):
         row = coding_row(book, T0 + 0.1, coder)
         assert (row.state, row.model_id) == (AdmissionState.AWAITING_PLAN, None), coder
-        assert row.reason == "1 of 3 observations, offered concurrency 0.00 < 1.5"
+        # the refused request waits for a model: one unit of the workload's queued work
+        assert row.reason == "1 of 3 observations, offered concurrency 1.00 < 1.5"
 
 
 def test_a_ready_copy_on_a_host_that_takes_no_new_work_serves_nothing() -> None:

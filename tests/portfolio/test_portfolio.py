@@ -92,6 +92,29 @@ def test_media_canary_needs_the_fleet_spare_capacity_proof() -> None:
         assert states(result) == {"image": expected}, (concurrency, len(hosts))
 
 
+def test_a_resident_catalog_model_is_not_counted_twice_by_the_spare_capacity_proof() -> None:
+    """A live copy of a catalog model is its feasible copy: the proof asks for free slots
+    beyond one copy of every enabled model, and a resident one already has its copy (its
+    slot is not free). Counting it again made every fleet whose models were loaded look
+    scarce, and a roomy fleet never earned a media canary."""
+    catalog = (
+        model("image-gen", {"image": 1.0}),
+        model("writer", {"marketing": 1.0}),
+        model("seller", {"sales": 1.0}),
+        model("coder", {"coding": 1.0}),
+    )
+    busy = [
+        box(f"b{i}", slots=2, residencies=(resident(name),))
+        for i, name in enumerate(("writer", "seller", "coder"), start=1)
+    ]
+    loaded = (*busy, box("b4", slots=2))
+    wanted = (workload("image", 1, 1.0),)
+    assert states(plan_portfolio(inputs(catalog, loaded, wanted))) == {"image": "planned"}
+    # b4 full (one slot, holding a model of no workload): the proof fails, as it must
+    full = (*loaded[:3], box("b4", slots=1, residencies=(resident("other"),)))
+    assert states(plan_portfolio(inputs(catalog, full, wanted))) == {"image": "awaiting-plan"}
+
+
 def test_infeasible_and_deferred_rows_keep_demand_visible() -> None:
     profiles = (
         model("coder-7b", {"coding": 1.0}, required_tags=("gpu",)),
