@@ -155,7 +155,7 @@ def _announce(run: FleetRun) -> None:
     if context is not None:
         print(f"context: {context.name} (current; commands find this fleet without flags)")
     print("dashboard: gridctl dash")
-    print("chat: gridctl chat -m MODEL 'hello'")
+    print("chat: gridctl chat 'What is the capital of France?' (or -m MODEL)")
     print(f"logs: {Path(run.settings.state_root) / 'logs'}")
     print(
         "for other shells or tools: "

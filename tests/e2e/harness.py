@@ -25,6 +25,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[2]
 GEMMA = "gemma-3-270m"
+SMOLLM = "smollm2-135m"  # the embedded default's chat model (policies/models/smollm2-135m.yaml)
 GEMMA_SHA = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 T = TypeVar("T")
 # One TLS context for every request the harnesses send: without it httpx builds a new one
@@ -280,6 +281,16 @@ class Fleet:
         for proc in alive:
             with contextlib.suppress(psutil.Error):
                 proc.kill()
+
+
+def embedded_default_repo(path: Path) -> DesiredRepo:
+    """The embedded default's own ``policies/`` as a fresh git repository at ``path``."""
+    shutil.copytree(ROOT / "policies", path)
+    repo = DesiredRepo.__new__(DesiredRepo)
+    repo.path = path
+    repo.git("init", "-q")
+    repo.commit("the embedded default")
+    return repo
 
 
 def engine_port_base() -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ import psutil
 import pytest
 from openai import APIStatusError, OpenAI
 
-from tests.e2e.harness import ROOT, DesiredRepo, Fleet, free_port, wait_for
+from tests.e2e.harness import ROOT, SMOLLM, Fleet, embedded_default_repo, free_port, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 GEMMA = "gemma-3-270m"
@@ -59,14 +58,8 @@ def gridctl(
 @pytest.fixture
 def fleet(tmp_path: Path) -> Iterator[Fleet]:
     """The embedded default's own policies, as a git repository, on one logical host."""
-    repo_dir = tmp_path / "desired"
-    shutil.copytree(ROOT / "policies", repo_dir)
-    repo = DesiredRepo.__new__(DesiredRepo)
-    repo.path = repo_dir
-    repo.git("init", "-q")
-    repo.commit("the embedded default")
     fleet = Fleet(
-        repo=repo,
+        repo=embedded_default_repo(tmp_path / "desired"),
         state_dir=tmp_path / "state",
         port=free_port(),
         engine_port_base=31000 + (os.getpid() % 80) * 100,
@@ -77,8 +70,13 @@ def fleet(tmp_path: Path) -> Iterator[Fleet]:
 
 
 def routable_gemma(fleet: Fleet) -> None:
+    """Both shipped models serving: Gemma (the tour's named model) and the chat model."""
     try:
-        wait_for("gemma routable", lambda: fleet.routable(GEMMA), deadline=300)
+        wait_for(
+            "gemma and the chat model routable",
+            lambda: fleet.routable(GEMMA) and fleet.routable(SMOLLM),
+            deadline=300,
+        )
     except AssertionError:
         print(fleet.log())
         raise
@@ -137,8 +135,11 @@ def test_the_readme_tour_through_the_context(fleet: Fleet, tmp_path: Path) -> No
 
     # the README's short tour, verbatim
     started = time.monotonic()
-    hello = gridctl("chat", "-m", GEMMA, "Say hello")
-    assert hello.stdout.strip()
+    answer = gridctl("chat", "What is the capital of France?")
+    assert answer.stdout.strip()
+    assert "what is the capital of france" not in answer.stdout.lower(), answer.stdout
+    continued = gridctl("chat", "-m", GEMMA, "Once upon a time")
+    assert continued.stdout.strip()
     status = gridctl("status").stdout
     assert GEMMA in status and "local-1" in status and "mode: automatic" in status
     doc = json.loads(gridctl("status", "--json").stdout)
@@ -154,14 +155,14 @@ def test_the_readme_tour_through_the_context(fleet: Fleet, tmp_path: Path) -> No
     assert node["host_id"] == "local-1" and node["daemon"]["running"] is True
     typo = gridctl("chat", "-m", "gemma-3-27m", "hi", check=False)
     assert typo.returncode == 1 and f"did you mean {GEMMA}?" in typo.stderr
-    print(f"tour of 12 commands in {time.monotonic() - started:.1f}s")
+    print(f"tour of 13 commands in {time.monotonic() - started:.1f}s")
 
-    # "model": "auto": the first general request is answered by the ready baseline ...
+    # "model": "auto": the first general request is answered by the chat model ...
     client = OpenAI(base_url=fleet.url + "/v1", api_key="unused", max_retries=0, timeout=120)
     reply = client.chat.completions.create(
         model="auto", messages=[{"role": "user", "content": "Say hello"}], max_tokens=8
     )
-    assert reply.model == GEMMA
+    assert reply.model == SMOLLM
     # ... and a workload no profile scores (coding) is refused at once, saying so
     started = time.monotonic()
     with pytest.raises(APIStatusError) as refused:
@@ -216,30 +217,35 @@ def test_drain_of_the_last_replica_says_why_then_force_drains(fleet: Fleet) -> N
     routable_gemma(fleet)
     plain = gridctl("node", "drain", "--host", "local-1")
     assert "drain of local-1 cannot complete" in plain.stdout, plain.stdout
-    assert f"last ready replica of {GEMMA}" in plain.stdout
+    for model in (GEMMA, SMOLLM):  # one host holds the last replica of both shipped models
+        assert f"last ready replica of {model}" in plain.stdout, plain.stdout
     assert "it is the only host in the fleet" in plain.stdout
     wait_for(
         "local-1 draining",
         lambda: [h for h in fleet.status()["hosts"] if h["state"] == "draining"],
         deadline=60,
     )
-    # the last replica stays loaded (no new work is routed to a draining host)
+    # the last replicas stay loaded (no new work is routed to a draining host)
     assert [r["state"] for r in fleet.live_copies(GEMMA)] == ["ready"]
+    assert [r["state"] for r in fleet.live_copies(SMOLLM)] == ["ready"]
     forced = json.loads(
         gridctl("node", "drain", "--host", "local-1", "--force", "--yes", "--json").stdout
     )
-    assert forced["forced"] is True and GEMMA in forced["stopped"]
-    assert forced["shortfall"] == [{"model_id": GEMMA, "ready": 0, "wanted": 1, "shortfall": 1}]
+    assert forced["forced"] is True and sorted(forced["stopped"]) == [GEMMA, SMOLLM]
+    assert forced["shortfall"] == [
+        {"model_id": model, "ready": 0, "wanted": 1, "shortfall": 1} for model in (GEMMA, SMOLLM)
+    ]
     wait_for(
-        "gemma no longer ready",
-        lambda: all(r["state"] != "ready" for r in fleet.live_copies(GEMMA)),
+        "gemma and the chat model no longer ready",
+        lambda: all(r["state"] != "ready" for m in (GEMMA, SMOLLM) for r in fleet.live_copies(m)),
         deadline=60,
     )
 
     def short_in_status() -> str | None:
         out = gridctl("status").stdout
-        rows = [r for r in out.splitlines() if r.startswith(GEMMA)]
-        return out if rows and rows[0].split()[3:5] == ["0", "1"] else None
+        rows = [r for r in out.splitlines() if r.startswith((GEMMA, SMOLLM))]
+        short = len(rows) == 2 and all(r.split()[3:5] == ["0", "1"] for r in rows)
+        return out if short else None
 
     print(wait_for("shortfall in plain status", short_in_status, deadline=60))
 
