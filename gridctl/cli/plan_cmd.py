@@ -8,7 +8,9 @@ anything. Against a SNAPSHOT.json the same function runs locally with an empty
 memory (no previous revision, so no tombstones). The diff shows ``+`` place,
 ``-`` destroy (drain/unload, with why: ``profile removed``), ``-/+`` replace
 (a preemption), ``!`` unsatisfied, then every action with its state or the rule
-holding it. ``--explain MODEL`` shows every host considered for MODEL.
+holding it. The plan folds each model's hosts into groups turned down (or left eligible)
+alike, with a count and an example host each; ``--explain MODEL`` (repeatable)
+shows every host considered for MODEL, ``--explain-all`` for every model.
 ``--out PLAN.json`` saves the plan with its inputs for ``gridctl apply``; the
 header's ``inputs`` digest is the one the file and ``gridctl apply`` name.
 ``--detailed-exitcode``: 0 no changes, 2 changes (any place, destroy, replace,
@@ -18,9 +20,9 @@ held or pending action), 1 error.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ from gridctl.config.snapshots import load_snapshot
 from gridctl.controller.applying import PLAN_FORMAT
 from gridctl.domain import DesiredState
 from gridctl.errors import ConfigError, WireError
+from gridctl.jsontext import encode_json
 from gridctl.planner.portfolio import portfolio_to_json
 from gridctl.tick.previewing import offline_document
 
@@ -95,8 +98,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     parser.add_argument(
         "--explain",
+        action="append",
+        default=[],
         metavar="MODEL",
-        help="show every host considered for MODEL: rejection or named score components",
+        help="show every host considered for MODEL: rejection or named score components "
+        "(repeatable; without it the plan folds each model's hosts into groups alike)",
+    )
+    parser.add_argument(
+        "--explain-all",
+        action="store_true",
+        help="every host's row for every model (large: hosts x models rows)",
     )
     parser.add_argument(
         "--detailed-exitcode",
@@ -140,19 +151,38 @@ def candidate_body(desired: DesiredState, directory: str) -> dict[str, Any]:
     }
 
 
+def explain_params(explain: Sequence[str] = (), explain_all: bool = False) -> dict[str, Any]:
+    """The dry run's and the status's query for per-host rows (``--explain``)."""
+    if explain_all:
+        return {"explain_all": "true"}
+    return {"explain": list(explain)} if explain else {}
+
+
 def remote_dry_run(
-    url: str, token_file: Path | None, desired: DesiredState, directory: str
+    url: str,
+    token_file: Path | None,
+    desired: DesiredState,
+    directory: str,
+    explain: Sequence[str] = (),
+    explain_all: bool = False,
 ) -> dict[str, Any]:
     """The controller's own decision for DIR; raises ``ControllerError``."""
     with ControllerClient(url, token_file=token_file) as client:
         document: dict[str, Any] = client.call_admin(
-            "POST", "/allocator/dry-run", json=candidate_body(desired, directory)
+            "POST",
+            "/allocator/dry-run",
+            json=candidate_body(desired, directory),
+            params=explain_params(explain, explain_all),
         )
     return document
 
 
 def offline_dry_run(
-    desired: DesiredState, path: str, observations: str | None
+    desired: DesiredState,
+    path: str,
+    observations: str | None,
+    explain: Sequence[str] = (),
+    explain_all: bool = False,
 ) -> tuple[dict[str, Any], Any]:
     """The same decision on a snapshot file (empty memory); raises ``WireError``/``OSError``."""
     snapshot = load_snapshot(path)
@@ -161,7 +191,7 @@ def offline_dry_run(
         portfolio = observation_portfolio(desired, snapshot, observations)
         snapshot = replace(snapshot, demand=portfolio.demand)
     started = time.perf_counter()
-    document = offline_document(desired, snapshot)
+    document = offline_document(desired, snapshot, explain, explain_all=explain_all)
     document["timings"] = {"plan_ms": round((time.perf_counter() - started) * 1000.0, 3)}
     return document, portfolio
 
@@ -196,9 +226,13 @@ def run(args: argparse.Namespace) -> int:
     desired = load_desired(args.directory)
     if desired is None:
         return 1
-    if args.explain and desired.profile(args.explain) is None:
-        print(f"error: --explain {args.explain}: no such model profile", file=sys.stderr)
+    explain = sorted(set(args.explain))
+    unknown = [model for model in explain if desired.profile(model) is None]
+    if unknown:
+        print(f"error: --explain {unknown[0]}: no such model profile", file=sys.stderr)
         return 1
+    if args.explain_all:
+        explain = sorted(p.name for p in desired.profiles)
     portfolio = None
     try:
         if is_url(args.against):
@@ -210,10 +244,14 @@ def run(args: argparse.Namespace) -> int:
                 )
                 return 1
             started = time.perf_counter()
-            document = remote_dry_run(args.against, args.token_file, desired, args.directory)
+            document = remote_dry_run(
+                args.against, args.token_file, desired, args.directory, explain, args.explain_all
+            )
             document["timings"] = {"plan_ms": round((time.perf_counter() - started) * 1000, 3)}
         else:
-            document, portfolio = offline_dry_run(desired, args.against, args.observations)
+            document, portfolio = offline_dry_run(
+                desired, args.against, args.observations, explain, args.explain_all
+            )
     except ControllerError as exc:  # names the controller already; 2 when unreachable
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -224,22 +262,23 @@ def run(args: argparse.Namespace) -> int:
         where = exc.filename or args.observations or args.against
         print(f"error: {where}: {exc.strerror or exc}", file=sys.stderr)
         return 1
+    explained = document["plan"].setdefault("explanations", {})
+    for model in explain:  # a profile the plan holds no rows for is shown as such
+        explained.setdefault(model, None)
     if args.out is not None:
         plan = saved_plan(document, args.directory, args.against)
-        args.out.write_text(json.dumps(plan, indent=2) + "\n")
+        args.out.write_bytes(encode_json(plan, indent=True) + b"\n")
     if args.json:
         shown = {**document["plan"], **{k: v for k, v in document.items() if k != "plan"}}
-        if args.explain:
-            shown["explanations"] = {args.explain: shown["explanations"].get(args.explain)}
         if portfolio is not None:
             shown["portfolio"] = portfolio_to_json(portfolio)
-        print(json.dumps(shown, indent=2, sort_keys=True))
+        print(encode_json(shown, indent=True, sort_keys=True).decode())
     else:
         print_diff(document)
         if portfolio is not None:
             print_portfolio(portfolio)
-        if args.explain:
-            print_explanation(args.explain, document["plan"]["explanations"].get(args.explain))
+        for model in explain:
+            print_explanation(model, explained.get(model))
         if args.out is not None:
             print_apply_hint(args.out, args.against, document)
     if args.detailed_exitcode:

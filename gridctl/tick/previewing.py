@@ -25,7 +25,7 @@ from dataclasses import replace
 from typing import Any
 
 from gridctl.domain import Action, DesiredState, FleetSnapshot, ModelDemand
-from gridctl.planner import plan_to_json
+from gridctl.planner import plan_document
 from gridctl.planner.canonical import canonical_text
 from gridctl.reconcile import action_to_json, history_from_json, pending_from_json
 from gridctl.tick.computing import TickInputs, TickOutcome, compute_tick
@@ -177,12 +177,20 @@ def destroys(actions: Iterable[Action], tombstoned: Iterable[str]) -> list[dict[
     return list(grouped.values())
 
 
-def outcome_document(inputs: TickInputs, outcome: TickOutcome) -> dict[str, Any]:
-    """What the tick would do, as JSON: plan, actions, destroys, held work, inputs."""
+def outcome_document(
+    inputs: TickInputs,
+    outcome: TickOutcome,
+    explain: Iterable[str] = (),
+    *,
+    explain_all: bool = False,
+) -> dict[str, Any]:
+    """What the tick would do, as JSON: plan, actions, destroys, held work, inputs. The
+    plan's per-host rows are there only for the models in ``explain`` (or all of them
+    with ``explain_all``); every model's hosts are folded in its ``models`` entry."""
     result = outcome.result
     every = [*result.actions, *result.deferred]
     held = [action_to_json(a) for a in every if a.blocked]
-    plan = plan_to_json(outcome.plan)
+    plan = plan_document(outcome.plan, explain, explain_all=explain_all)
     placing = [a for a in outcome.plan.assignments if not a.existing]
     document: dict[str, Any] = {
         "revision": inputs.desired.revision,
@@ -238,9 +246,15 @@ def offline_inputs(desired: DesiredState, snapshot: FleetSnapshot) -> TickInputs
     )
 
 
-def offline_document(desired: DesiredState, snapshot: FleetSnapshot) -> dict[str, Any]:
+def offline_document(
+    desired: DesiredState,
+    snapshot: FleetSnapshot,
+    explain: Iterable[str] = (),
+    *,
+    explain_all: bool = False,
+) -> dict[str, Any]:
     inputs = offline_inputs(desired, snapshot)
-    return outcome_document(inputs, compute_tick(inputs))
+    return outcome_document(inputs, compute_tick(inputs), explain, explain_all=explain_all)
 
 
 Signature = tuple[str, str, str, str, bool, str]
