@@ -27,17 +27,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from gridctl.cli.forecast_cmd import observation_portfolio, print_portfolio
-from gridctl.client import ControllerClient, ControllerError, default_controller_url
+from gridctl.cli.plan_words import explanation_lines, print_diff, print_explanation
 from gridctl.config import load_directory
 from gridctl.config.loading import yaml_files
 from gridctl.config.snapshots import load_snapshot
-from gridctl.controller.applying import PLAN_FORMAT
 from gridctl.domain import DesiredState
 from gridctl.errors import ConfigError, WireError
 from gridctl.jsontext import encode_json
-from gridctl.planner.portfolio import portfolio_to_json
 from gridctl.tick.previewing import offline_document
+
+# A dry run against a snapshot file imports only what it runs: the HTTP client (httpx),
+# the controller's saved-plan module and the observation replay are imported where a
+# URL, --out or --observations needs them (together about 0.5 s of a fresh process's
+# start on this machine, measured with ``python -X importtime``).
 
 DEFAULT_DIRECTORY = "policies"
 
@@ -167,6 +169,8 @@ def remote_dry_run(
     explain_all: bool = False,
 ) -> dict[str, Any]:
     """The controller's own decision for DIR; raises ``ControllerError``."""
+    from gridctl.client import ControllerClient
+
     with ControllerClient(url, token_file=token_file) as client:
         document: dict[str, Any] = client.call_admin(
             "POST",
@@ -188,6 +192,8 @@ def offline_dry_run(
     snapshot = load_snapshot(path)
     portfolio = None
     if observations:  # demand learned from the observations replaces the snapshot's
+        from gridctl.cli.forecast_cmd import observation_portfolio
+
         portfolio = observation_portfolio(desired, snapshot, observations)
         snapshot = replace(snapshot, demand=portfolio.demand)
     started = time.perf_counter()
@@ -198,6 +204,8 @@ def offline_dry_run(
 
 def saved_plan(document: dict[str, Any], directory: str, against: str) -> dict[str, Any]:
     """The ``--out`` document (``gridctl apply`` submits it unchanged)."""
+    from gridctl.controller.applying import PLAN_FORMAT
+
     return {
         "format": PLAN_FORMAT,
         "created_at": document["now"],
@@ -243,18 +251,14 @@ def run(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
                 return 1
-            started = time.perf_counter()
-            document = remote_dry_run(
-                args.against, args.token_file, desired, args.directory, explain, args.explain_all
-            )
-            document["timings"] = {"plan_ms": round((time.perf_counter() - started) * 1000, 3)}
+            answer = _controller_document(args, desired, explain)
+            if isinstance(answer, int):
+                return answer
+            document = answer
         else:
             document, portfolio = offline_dry_run(
                 desired, args.against, args.observations, explain, args.explain_all
             )
-    except ControllerError as exc:  # names the controller already; 2 when unreachable
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
     except WireError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -271,11 +275,15 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         shown = {**document["plan"], **{k: v for k, v in document.items() if k != "plan"}}
         if portfolio is not None:
+            from gridctl.planner.portfolio import portfolio_to_json
+
             shown["portfolio"] = portfolio_to_json(portfolio)
         print(encode_json(shown, indent=True, sort_keys=True).decode())
     else:
         print_diff(document)
         if portfolio is not None:
+            from gridctl.cli.forecast_cmd import print_portfolio
+
             print_portfolio(portfolio)
         for model in explain:
             print_explanation(model, explained.get(model))
@@ -284,6 +292,31 @@ def run(args: argparse.Namespace) -> int:
     if args.detailed_exitcode:
         return 2 if document["changes"] else 0
     return 0
+
+
+def default_controller_url() -> str:
+    from gridctl.client import default_controller_url as configured
+
+    return configured()
+
+
+def _controller_document(
+    args: argparse.Namespace, desired: DesiredState, explain: Sequence[str]
+) -> dict[str, Any] | int:
+    """The controller's dry run with its round trip timed, or the exit code of its error
+    (printed; 2 when unreachable)."""
+    from gridctl.client import ControllerError
+
+    started = time.perf_counter()
+    try:
+        document = remote_dry_run(
+            args.against, args.token_file, desired, args.directory, explain, args.explain_all
+        )
+    except ControllerError as exc:  # names the controller already
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    document["timings"] = {"plan_ms": round((time.perf_counter() - started) * 1000, 3)}
+    return document
 
 
 def print_apply_hint(out: Path, against: str, document: dict[str, Any]) -> None:
@@ -304,104 +337,18 @@ def print_apply_hint(out: Path, against: str, document: dict[str, Any]) -> None:
     )
 
 
-def _state(row: dict[str, Any]) -> str:
-    if row.get("executable"):
-        return "executable"
-    if row.get("blocked"):
-        return f"held: {row['blocked']}"
-    return "proposed, not executed"
-
-
-def print_actions(document: dict[str, Any]) -> None:
-    rows = [*document["actions"], *document["deferred"]]
-    if not rows:
-        return
-    executable = sum(1 for a in rows if a.get("executable"))
-    held = sum(1 for a in rows if a.get("blocked"))
-    print()
-    print(
-        f"Actions (mode {document['mode']}): {executable} executable, {held} held, "
-        f"{len(rows) - executable - held} proposed"
-    )
-    for a in rows:
-        after = f" after {', '.join(d[:8] for d in a['depends_on'])}" if a.get("depends_on") else ""
-        print(
-            f"  {a['kind']:<6} {a['model_id']} on {a['host_id']} [{_state(a)}]{after}: "
-            f"{a['reason']}"
-        )
-
-
-def print_diff(document: dict[str, Any]) -> None:
-    plan = document["plan"]
-    placing = [a for a in plan["assignments"] if not a["existing"]]
-    kept = len(plan["assignments"]) - len(placing)
-    ms = (document.get("timings") or {}).get("plan_ms", 0.0)
-    inputs = document.get("inputs") or {}
-    digest = str(inputs.get("digest") or plan["input_digest"])
-    print(f"gridctl plan: inputs {digest[:12]}, planned in {ms:.1f} ms")
-    print(f"{kept} replica(s) already in place.")
-    destroys, replacements = document["destroys"], document["replacements"]
-    if placing or destroys or replacements or plan["unsatisfied"]:
-        print()
-    for a in placing:
-        print(
-            f"  + {a['model_id']} on {a['host_id']} ({a['runtime']}, {a['memory_mb']} MB): "
-            f"{a['reason']}"
-        )
-    for d in destroys:
-        held = f" [held: {'; '.join(d['held'])}]" if d["held"] else ""
-        print(
-            f"  - {d['model_id']} on {d['host_id']}: {', '.join(d['kinds'])}: {d['reason']}{held}"
-        )
-    for r in replacements:
-        print(f"  -/+ {r['model_id']} on {r['host_id']} for {r['beneficiary']}: {r['reason']}")
-    for u in plan["unsatisfied"]:
-        where = f" on {u['host_id']}" if u.get("host_id") else ""
-        missing = f", {u['missing_replicas']} missing" if u.get("missing_replicas") else ""
-        print(f"  ! {u['model_id']}{where}: {u['code']}{missing}: {u['message']}")
-    print_actions(document)
-    print()
-    print(
-        f"Plan: {len(placing)} to place, {len(destroys)} to destroy, {len(replacements)} to "
-        f"replace, {len(document['held'])} held, {len(plan['unsatisfied'])} unsatisfied."
-    )
-
-
-def explanation_lines(model: str, explanation: dict[str, Any] | None) -> list[str]:
-    """``--explain MODEL``'s lines for every state of a model: hosts rejected, scored,
-    chosen without a search (incumbents already meeting the target), staged (a
-    preemption or repack placed after release) or never evaluated."""
-    if explanation is None:
-        return [f"Explain {model}: the plan holds no host rows for it (not placed by this plan)"]
-    demand_class = explanation.get("demand_class") or "none"
-    lines = [
-        f"Explain {model}: target {explanation.get('target_replicas', 0)} "
-        f"({explanation.get('target_reason') or 'no reason recorded'}); class {demand_class}"
-    ]
-    for c in explanation.get("candidates") or []:
-        lines.append(_candidate_line(c))
-    if len(lines) == 1:
-        lines.append("  no host considered: the fleet has no hosts")
-    return lines
-
-
-def _candidate_line(c: dict[str, Any]) -> str:
-    mark = "*" if c.get("chosen") else " "
-    host, detail = c.get("host_id"), c.get("detail") or ""
-    if c.get("rejection") is not None:
-        return f"  {mark} {host}: rejected {c['rejection']}: {detail or 'no detail recorded'}"
-    score = c.get("score")
-    if score is None:  # never ranked: the incumbents already met the target
-        detail = detail.removeprefix("eligible; not scored: ")
-    note = f" [{detail}]" if detail else ""
-    if score is None:
-        state = "holds a replica, not scored" if c.get("chosen") else "eligible, not scored"
-        return f"  {mark} {host}: {state}{note}"
-    parts = ", ".join(f"{name} {value:+g}" for name, value in (c.get("components") or {}).items())
-    return f"  {mark} {host}: score {score:g} ({parts or 'no parts'}){note}"
-
-
-def print_explanation(model: str, explanation: dict[str, Any] | None) -> None:
-    print()
-    for line in explanation_lines(model, explanation):
-        print(line)
+__all__ = [
+    "candidate_body",
+    "desired_files",
+    "explain_params",
+    "explanation_lines",
+    "is_url",
+    "load_desired",
+    "offline_dry_run",
+    "print_diff",
+    "print_explanation",
+    "register",
+    "remote_dry_run",
+    "run",
+    "saved_plan",
+]
