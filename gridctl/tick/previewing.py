@@ -21,10 +21,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
+from dataclasses import fields, replace
+from operator import attrgetter
 from typing import Any
 
-from gridctl.domain import Action, DesiredState, FleetSnapshot, ModelDemand
+from gridctl.domain import Action, DesiredState, FleetSnapshot, HostResources, ModelDemand
 from gridctl.planner import plan_document
 from gridctl.planner.canonical import canonical_text
 from gridctl.reconcile import action_to_json, history_from_json, pending_from_json
@@ -67,18 +68,36 @@ def _demand_line(d: ModelDemand) -> str:
     )
 
 
-def _host_lines(snapshot: FleetSnapshot) -> tuple[list[str], list[str]]:
-    hosts, residencies = [], []
-    for host in snapshot.hosts:
-        res = host.resources
-        declared = replace(  # measured quantities are judged by effect: see the docstring
+# measured quantities are judged by effect (see the docstring): left out of the digest
+MEASURED = ("disk_free_mb", "measured_tokens_per_second", "measured_latency_ms")
+_declared_values = attrgetter(*(f.name for f in fields(HostResources) if f.name not in MEASURED))
+
+
+def _resources_digest(res: HostResources, seen: dict[tuple[object, ...], str]) -> str:
+    """The digest of a host's declared resources. A fleet repeats a few machines, so equal
+    declarations are digested once per call (``seen``): they are keyed by each value and
+    its type, floats by their text, so two keys are equal only where the texts are."""
+    values = _declared_values(res)
+    key = (*(repr(v) if type(v) is float else v for v in values), *map(type, values))
+    found = seen.get(key)
+    if found is None:
+        declared = replace(
             res, disk_free_mb=None, measured_tokens_per_second=None, measured_latency_ms=None
         )
+        found = seen[key] = _digest(canonical_text(declared))
+    return found
+
+
+def _host_lines(snapshot: FleetSnapshot) -> tuple[list[str], list[str]]:
+    hosts, residencies = [], []
+    seen: dict[tuple[object, ...], str] = {}
+    for host in snapshot.hosts:
+        res = host.resources
         disk = "disk unknown" if res.disk_free_mb is None else "disk reported"
         hosts.append(
             f"{host.host_id} {host.kind} {host.state.value} "
             f"{res.capacity_mb - res.reserved_mb} MB usable, {disk} "
-            f"(resources {_digest(canonical_text(declared))}, "
+            f"(resources {_resources_digest(res, seen)}, "
             f"failures {list(host.failed_attempts)})"
         )
         for r in host.residencies:
