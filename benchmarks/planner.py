@@ -19,7 +19,15 @@ machine makes wall-clock times noisy. Every timed run starts from a collected he
 trigger are timed. ``--saturated`` makes every model hot
 and every GPU host full (the proactive repack's worst case) in the mixed shape.
 
+Then, for 64x32 and 1,000x200 of each shape (``tickbench``): the median
+``compute_tick`` (portfolio + plan + reconcile) and plan document time, and
+``gridctl plan DIR --against SNAP.json`` (text and ``--json``) run in a fresh
+process on the fleet written as files: wall time, wall time after the
+interpreter's own start (``python -c pass``, printed), output bytes and the
+child's peak memory. ``--tick`` prints only that part.
+
     python benchmarks/planner.py [--runs N] [--cold | --mixed] [--profile SIZE] [--saturated]
+                                 [--tick]
 """
 
 from __future__ import annotations
@@ -32,8 +40,12 @@ import os
 import pstats
 import random
 import statistics
+import tempfile
 import time
 from dataclasses import replace
+from pathlib import Path
+
+from tickbench import print_tick_and_cli, write_fleet
 
 from gridctl.domain import (
     ControllerPolicy,
@@ -52,6 +64,7 @@ from gridctl.planner.canonical import InputTexts
 
 NOW = 1_800_000_000.0
 SIZES = ((8, 8), (64, 32), (256, 64), (1000, 200))
+TICK_SIZES = ((64, 32), (1000, 200))
 HOST_TYPES = (
     # capacity, reserved, runtimes, backends, tags, gpu count, bandwidth
     (81920, 2048, ("llama.cpp", "vllm"), ("cuda",), ("gpu", "datacenter"), 1, 2000.0),
@@ -310,6 +323,11 @@ def main() -> None:
         action="store_true",
         help="every model hot and every GPU host full (the proactive repack's worst case)",
     )
+    parser.add_argument(
+        "--tick",
+        action="store_true",
+        help="only compute_tick, the plan document and the CLI dry run in fresh processes",
+    )
     args = parser.parse_args()
     shapes = ("cold",) if args.cold else ("mixed",) if args.mixed else ("mixed", "cold")
     if args.profile:
@@ -328,9 +346,24 @@ def main() -> None:
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
         return
     print(f"load average before: {load_average()}")
-    for shape in shapes:
-        print_shape(shape, args.runs, args.saturated)
+    if not args.tick:
+        for shape in shapes:
+            print_shape(shape, args.runs, args.saturated)
+    print_tick(shapes, args.runs)
     print(f"load average after: {load_average()}")
+
+
+def print_tick(shapes: tuple[str, ...], runs: int) -> None:
+    """compute_tick and the operator's dry run (``gridctl plan``) on written fleet files."""
+    print("\nthe whole tick and the CLI dry run (a fresh process per run):")
+    with tempfile.TemporaryDirectory(prefix="gridctl-bench-") as tmp:
+        fleets = []
+        for shape in shapes:
+            for hosts, models in TICK_SIZES:
+                directory = Path(tmp) / f"{shape}-{hosts}x{models}"
+                write_fleet(directory, *shape_inputs(shape, hosts, models))
+                fleets.append((shape, hosts, models, directory))
+        print_tick_and_cli(fleets, max(3, runs))
 
 
 if __name__ == "__main__":

@@ -208,8 +208,10 @@ class ControllerClient:
     def call_admin(self, method: str, path: str, **kwargs: Any) -> Any:
         return self._call(method, path, admin=True, **kwargs)
 
-    def status(self) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("GET", "/allocator/status")
+    def status(self, explain: tuple[str, ...] = ()) -> dict[str, Any]:
+        """``GET /allocator/status``; every host's plan row of the models in ``explain``."""
+        params = {"explain": list(explain)} if explain else None
+        result: dict[str, Any] = self._call("GET", "/allocator/status", params=params)
         return result
 
     def set_mode(self, mode: str | None, reason: str = "") -> dict[str, Any]:

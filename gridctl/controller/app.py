@@ -29,10 +29,16 @@ from gridctl.controller.applying import (
 from gridctl.controller.auth import AuthFailure, NodeVerifier, require_node, require_operator
 from gridctl.controller.control import Controller
 from gridctl.controller.desired import ApiDesired
+from gridctl.controller.documents import (
+    DocumentResponse,
+    check_known,
+    explain_query,
+    with_explanations,
+)
 from gridctl.controller.endpoints import check_engine_endpoints
 from gridctl.controller.evaluations import record_evaluation
 from gridctl.controller.statusdoc import build_status, status_revision
-from gridctl.domain import Mode
+from gridctl.domain import Mode, Plan
 from gridctl.errors import PermanentError, WireError
 from gridctl.transport import is_plain_off_loopback
 
@@ -106,7 +112,8 @@ class ControllerApp:
         self._waiters: list[tuple[int, asyncio.Future[bool]]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         controller.revision_listeners.append(self._revision_advanced)
-        self._status: tuple[tuple[object, ...], dict[str, Any]] | None = None
+        # the cached status: its revision, the document, the plan it was built from
+        self._status: tuple[tuple[object, ...], dict[str, Any], Plan | None] | None = None
 
     def build(self) -> Starlette:
         routes = [
@@ -211,20 +218,25 @@ class ControllerApp:
         """Built off the loop, once per status revision (a semantic input, a tick, an
         event, a request, a second of the clock): a dashboard polling a large fleet
         does not rebuild it per request."""
+        query = explain_query(request.query_params)
+        if query.models:
+            desired = self.ctl.current_desired()
+            check_known(query, [p.name for p in desired.profiles] if desired else ())
         key = status_revision(self.ctl)
         cached = self._status
         if cached is None or cached[0] != key:
-            self._status = (key, await asyncio.to_thread(build_status, self.ctl))
-            return JSONResponse(self._status[1])
+            plan = self.ctl.view.plan  # the plan the document is built from, for its rows
+            self._status = (key, await asyncio.to_thread(build_status, self.ctl), plan)
+            return DocumentResponse(with_explanations(self._status[1], plan, query))
         document = dict(cached[1])
         bundle = document.get("portfolio_bundle")
         if isinstance(bundle, dict):  # this answer solved nothing: the solve is reused
             document["portfolio_bundle"] = {**bundle, "reused": True}
-        return JSONResponse(document)
+        return DocumentResponse(with_explanations(document, cached[2], query))
 
     async def snapshot(self, request: Request) -> Response:
         require_operator(request, self.operator_token)
-        return JSONResponse(await asyncio.to_thread(plan_inputs_document, self.ctl))
+        return DocumentResponse(await asyncio.to_thread(plan_inputs_document, self.ctl))
 
     async def apply(self, request: Request) -> Response:
         """Apply a saved plan if its actions still hold (409 "stale plan: ..." naming what
@@ -246,10 +258,12 @@ class ControllerApp:
     async def dry_run(self, request: Request) -> Response:
         """What the next tick would do for a candidate desired state; persists nothing."""
         require_operator(request, self.operator_token)
+        query = explain_query(request.query_params)
         candidate = candidate_from_body(self.ctl, await read_json(request))
         if candidate is None and self.ctl.current_desired() is None:
             return error(409, "no valid desired state is in force; send desired.files")
-        return JSONResponse(await asyncio.to_thread(dry_run_document, self.ctl, candidate))
+        document = await asyncio.to_thread(dry_run_document, self.ctl, candidate, query)
+        return DocumentResponse(document)
 
     async def metrics(self, request: Request) -> Response:
         """Prometheus text exposition; public like status (counts and states, no secrets)."""

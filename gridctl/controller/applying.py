@@ -33,6 +33,7 @@ from gridctl.config.schemas import fill_defaults
 from gridctl.config.yamlsource import parse_yaml
 from gridctl.controller.appliedplans import APPLIED_PLAN_KEY, AppliedPlan, applied_plan
 from gridctl.controller.desired import ApiDesired
+from gridctl.controller.documents import ExplainQuery, check_known
 from gridctl.controller.snapshotting import snapshot_document
 from gridctl.controller.staleness import (
     STALE,
@@ -86,10 +87,15 @@ def _history_row(entry: HistoryEntry) -> dict[str, Any]:
     }
 
 
-def dry_run_document(ctl: Controller, candidate: DesiredState | None = None) -> dict[str, Any]:
-    """The tick's decision for ``candidate`` (default: the revision in force), unpersisted."""
+def dry_run_document(
+    ctl: Controller, candidate: DesiredState | None = None, explain: ExplainQuery | None = None
+) -> dict[str, Any]:
+    """The tick's decision for ``candidate`` (default: the revision in force), unpersisted;
+    every host's row only for the models ``explain`` asks for."""
     inputs, outcome = ctl.dry_run(candidate)
-    document = outcome_document(inputs, outcome)
+    query = explain or ExplainQuery()
+    check_known(query, [p.name for p in inputs.desired.profiles])
+    document = outcome_document(inputs, outcome, query.models, explain_all=query.every)
     document["source"] = ctl.desired.status().get("source")
     override = ctl.steering.override()
     document["mode_override"] = override.mode.value if override else None

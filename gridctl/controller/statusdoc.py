@@ -16,7 +16,7 @@ from gridctl.controller.tickview import PortfolioBundle, PortfolioKey
 from gridctl.demand.direct import with_correlation
 from gridctl.domain import FleetSnapshot, HostState, Mode, Plan, ResidencyState
 from gridctl.domain.profiles import ModelProfile
-from gridctl.planner.canonical import plan_to_json
+from gridctl.planner.plan_document import plan_document
 from gridctl.planner.portfolio import admission_row_json, plan_portfolio, portfolio_to_json
 from gridctl.planner.portfolio_inputs import portfolio_inputs
 from gridctl.planner.portfolio_types import PortfolioResult
@@ -312,7 +312,7 @@ def build_status(ctl: Controller) -> dict[str, Any]:
     ]
     hosts = _hosts(ctl, now)
     models = _models(ctl, now, mode)
-    plan_json = plan_to_json(plan) if plan else None
+    plan_json = plan_document(plan) if plan else None  # host rows: ``with_explanations``
     if plan_json is not None:
         plan_json["generation"] = str(view.generation) if view.generation else None
     warnings = ctl.all_warnings()

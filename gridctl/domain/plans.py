@@ -21,6 +21,8 @@ from enum import StrEnum
 from functools import partial
 from typing import Generic, TypeVar, overload
 
+from gridctl.domain.row_summaries import RowSummary, summarise_columns, summarise_rows
+
 Row = TypeVar("Row")
 
 
@@ -121,9 +123,29 @@ def _from_columns(columns: Columns) -> tuple[CandidateExplanation, ...]:
 
 
 class CandidateRows(LazyRows[CandidateExplanation]):
-    """One model's candidate rows; pickled as columns (``_from_columns`` rebuilds them)."""
+    """One model's candidate rows; pickled as columns (``_from_columns`` rebuilds them).
 
-    __slots__ = ()
+    ``summary()`` folds them (``row_summaries``); ``summarise``, when given, folds
+    them without building them (it must give what folding the built rows gives)."""
+
+    __slots__ = ("_summarise", "_summary")
+
+    def __init__(
+        self,
+        build: Callable[[], tuple[CandidateExplanation, ...]],
+        summarise: Callable[[], RowSummary] | None = None,
+    ) -> None:
+        super().__init__(build)
+        self._summarise = summarise
+        self._summary: RowSummary | None = None
+
+    def summary(self) -> RowSummary:
+        """The rows folded into chosen hosts and groups of hosts alike (once)."""
+        if self._summary is None:
+            summarise = self._summarise
+            self._summary = summarise() if summarise is not None else summarise_rows(self.rows())
+            self._summarise = None
+        return self._summary
 
     def __reduce__(self) -> tuple[Callable[[Columns], CandidateRows], tuple[Columns]]:
         rows = self.rows()
@@ -139,7 +161,8 @@ class CandidateRows(LazyRows[CandidateExplanation]):
 
 
 def _lazy_from_columns(columns: Columns) -> CandidateRows:
-    return CandidateRows(partial(_from_columns, columns))
+    summarise = partial(summarise_columns, columns[0], columns[1], columns[2], columns[5])
+    return CandidateRows(partial(_from_columns, columns), summarise)
 
 
 @dataclass(frozen=True)
@@ -149,6 +172,12 @@ class ModelExplanation:
     target_reason: str
     demand_class: DemandClass | None
     candidates: Sequence[CandidateExplanation] = ()
+
+    def summary(self) -> RowSummary:
+        """The candidate rows folded: chosen hosts, then groups of hosts alike."""
+        if isinstance(self.candidates, CandidateRows):
+            return self.candidates.summary()
+        return summarise_rows(self.candidates)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ clock (``snapshot.now`` is the instant), no randomness.
 """
 
 from gridctl.planner.canonical import canonical, input_digest, plan_bytes, plan_to_json
+from gridctl.planner.plan_document import plan_document
 from gridctl.planner.planning import plan_placement
 from gridctl.planner.portfolio import plan_portfolio, portfolio_to_json
 from gridctl.planner.portfolio_types import AdmissionState, PortfolioInputs, PortfolioResult
@@ -23,6 +24,7 @@ __all__ = [
     "canonical",
     "input_digest",
     "plan_bytes",
+    "plan_document",
     "plan_placement",
     "plan_portfolio",
     "plan_to_json",

@@ -20,6 +20,7 @@ from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from gridctl.domain import ControllerPolicy, FleetSnapshot, ModelProfile, Plan
+from gridctl.planner.plan_document import decisions_json, explanation_json
 
 JsonValue = Any
 
@@ -437,63 +438,11 @@ def _inputs_text(
 
 
 def plan_to_json(plan: Plan) -> dict[str, JsonValue]:
-    """The plan as plain JSON (the shape ``gridctl plan --json`` prints)."""
-    return {
-        "input_digest": plan.input_digest,
-        "now": plan.now,
-        "targets": {model: replicas for model, replicas in plan.targets},
-        "assignments": [
-            {
-                "model_id": a.model_id,
-                "host_id": a.host_id,
-                "runtime": a.runtime,
-                "memory_mb": a.memory_mb,
-                "reason": a.reason,
-                "demand_class": a.demand_class.value,
-                "priority": a.priority,
-                "existing": a.existing,
-            }
-            for a in plan.assignments
-        ],
-        "preemptions": [
-            {
-                "host_id": p.host_id,
-                "model_id": p.model_id,
-                "beneficiary": p.beneficiary,
-                "reason": p.reason,
-            }
-            for p in plan.preemptions
-        ],
-        "unsatisfied": [
-            {
-                "model_id": u.model_id,
-                "code": u.code.value,
-                "message": u.message,
-                "missing_replicas": u.missing_replicas,
-                "host_id": u.host_id,
-            }
-            for u in plan.unsatisfied
-        ],
-        "explanations": {
-            e.model_id: {
-                "target_replicas": e.target_replicas,
-                "target_reason": e.target_reason,
-                "demand_class": e.demand_class.value if e.demand_class else None,
-                "candidates": [
-                    {
-                        "host_id": c.host_id,
-                        "rejection": c.rejection,
-                        "detail": c.detail,
-                        "score": c.score,
-                        "components": {s.name: s.value for s in c.components},
-                        "chosen": c.chosen,
-                    }
-                    for c in e.candidates
-                ],
-            }
-            for e in plan.explanations
-        },
-    }
+    """The plan as plain JSON with every candidate row of every model (``plan_bytes``;
+    the documents people read are ``plan_document``'s, rows only where asked)."""
+    document: dict[str, JsonValue] = decisions_json(plan)
+    document["explanations"] = {e.model_id: explanation_json(e) for e in plan.explanations}
+    return document
 
 
 def plan_bytes(plan: Plan) -> bytes:

@@ -11,7 +11,9 @@ static rejection per model and shape, one static score per model and host
 class) and shares equal explanations of one host between models, so a plan of
 1,000 hosts and 200 models does not build 200,000 values. A model's rows are
 built only when read (``--explain``, status, the dashboard): a plan that is
-only reconciled never builds them.
+only reconciled never builds them. A model's summary (``row_summaries``: hosts
+grouped by rejection code and detail) is folded from the same indexes without
+building its rows, so a plan document costs per group, not per host.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from gridctl.domain import (
     ModelExplanation,
     ScoreComponent,
 )
+from gridctl.domain.row_summaries import GroupKey, RowSummary, summary_from_counts
 from gridctl.planner.eligibility import StaticEligibility
 from gridctl.planner.rejections import Rejection
 from gridctl.planner.scoring import Components
@@ -126,6 +129,7 @@ class StaticRows:
         self._host_ids = host_ids
         self._position = position
         self._rows: dict[tuple[int, ...], list[CandidateExplanation]] = {}
+        self._groups: dict[tuple[int, ...], dict[GroupKey, list[str]]] = {}
 
     def entry(self, model_id: str, host_id: str) -> tuple[Entry, str]:
         """(entry, default note) of one pair nothing was booked for."""
@@ -174,7 +178,64 @@ class StaticRows:
                 )
         return row
 
+    def groups(
+        self, model_id: str, touched: AbstractSet[str]
+    ) -> tuple[dict[GroupKey, int], dict[GroupKey, str]]:
+        """What ``row`` gives the hosts not in ``touched``, folded without building it:
+        hosts per (rejection code, detail) and each group's first host in id order."""
+        counts: dict[GroupKey, int] = {}
+        examples: dict[GroupKey, str] = {}
+        if self._scores.profiles[model_id].pins:
+            for host_id in self._host_ids:
+                if host_id not in touched:
+                    count_host(counts, examples, group_key(*self.entry(model_id, host_id)), host_id)
+            return counts, examples
+        static = self._static
+        rejections = static.rejections[model_id]
+        key = tuple(id(r) for r in rejections)  # interned rejections, alive with the memo
+        base = self._groups.get(key)
+        if base is None:
+            base = {}
+            for host_id, view in static.views.items():
+                found = view.admission or rejections[static.shape_of[host_id]]
+                entry: Entry = UNSCORED if found is None else found
+                base.setdefault(group_key(entry, "" if found else NOT_SEARCHED), []).append(host_id)
+            self._groups[key] = base
+        searched = self._scores.searched(model_id)
+        gone = set(touched)
+        for group, members in base.items():
+            if searched and group == _NOT_SEARCHED:  # the search ranked them: static scores
+                group = _NOT_EVALUATED
+            left = len(members) - len(gone.intersection(members)) if gone else len(members)
+            if left:
+                counts[group] = left
+                examples[group] = next(h for h in members if h not in touched)
+        return counts, examples
 
+
+def group_key(entry: Entry, note: str) -> GroupKey:
+    """The (rejection code, detail) of the row ``Candidates.make`` writes for ``entry``."""
+    if isinstance(entry, Rejection):
+        return entry.code._value_, f"{entry.detail} [{note}]" if note else entry.detail
+    return None, note
+
+
+def count_host(
+    counts: dict[GroupKey, int], examples: dict[GroupKey, str], key: GroupKey, host_id: str
+) -> None:
+    """One more host in group ``key``; the example is the smallest host id."""
+    found = counts.get(key)
+    if found is None:
+        counts[key] = 1
+        examples[key] = host_id
+        return
+    counts[key] = found + 1
+    if host_id < examples[key]:
+        examples[key] = host_id
+
+
+_NOT_SEARCHED: GroupKey = (None, NOT_SEARCHED)
+_NOT_EVALUATED: GroupKey = (None, NOT_EVALUATED)
 _new_instance = object.__new__
 
 
@@ -243,6 +304,7 @@ class ExplanationBook:
         """
         cells = Candidates()
         row = self._row
+        summary = self._summary
         explanations: list[ModelExplanation] = []
         for model_id in sorted(targets):
             target = targets[model_id]
@@ -253,7 +315,10 @@ class ExplanationBook:
                     replicas,
                     target.reason,
                     target.class_of(0) if replicas > 0 else None,  # target.first_class
-                    CandidateRows(partial(row, model_id, cells, position, static)),
+                    CandidateRows(
+                        partial(row, model_id, cells, position, static),
+                        partial(summary, model_id, len(position), static),
+                    ),
                 )
             )
         return tuple(explanations)
@@ -276,3 +341,19 @@ class ExplanationBook:
                     note = note or default_note
                 row[position[host_id]] = cells.make(host_id, entry, host_id in chosen, note)
         return tuple(row)
+
+    def _summary(self, model_id: str, hosts: int, static: StaticRows) -> RowSummary:
+        """``summarise_rows(self._row(...))`` without building the rows."""
+        entries = self._entries.get(model_id, {})
+        chosen = self._chosen.get(model_id, set())
+        notes = self._notes.get(model_id, {})
+        touched = set(entries) | chosen | set(notes)
+        counts, examples = static.groups(model_id, touched)
+        for host_id in touched - chosen:
+            entry = entries.get(host_id)
+            note = notes.get(host_id, "")
+            if entry is None:
+                entry, default_note = static.entry(model_id, host_id)
+                note = note or default_note
+            count_host(counts, examples, group_key(entry, note), host_id)
+        return summary_from_counts(hosts, chosen, counts, examples)

@@ -184,15 +184,19 @@ def disk_ledger(
     snapshot: FleetSnapshot, plan: Plan, profiles: Mapping[str, ModelProfile]
 ) -> dict[str, int]:
     """Authenticated free disk per host after the plan's uncached new placements."""
+    placing: dict[str, list[str]] = {}  # new placements per host: one pass, not one per host
+    for a in plan.assignments:
+        if not a.existing:
+            placing.setdefault(a.host_id, []).append(a.model_id)
     ledger: dict[str, int] = {}
     for host in snapshot.hosts:
         if host.resources.disk_free_mb is None:
             continue  # missing telemetry never authorises a predictive transfer
         free = host.resources.disk_free_mb
         cached = {c.model_id for c in host.cached} | {r.model_id for r in host.residencies}
-        for a in plan.assignments:
-            profile = profiles.get(a.model_id)
-            if a.host_id == host.host_id and not a.existing and a.model_id not in cached:
+        for model_id in placing.get(host.host_id, ()):
+            profile = profiles.get(model_id)
+            if model_id not in cached:
                 free -= (profile.artifact.size_mb or 0) if profile else 0
         ledger[host.host_id] = free
     return ledger

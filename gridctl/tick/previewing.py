@@ -21,11 +21,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
+from dataclasses import fields, replace
+from operator import attrgetter
 from typing import Any
 
-from gridctl.domain import Action, DesiredState, FleetSnapshot, ModelDemand
-from gridctl.planner import plan_to_json
+from gridctl.domain import Action, DesiredState, FleetSnapshot, HostResources, ModelDemand
+from gridctl.planner import plan_document
 from gridctl.planner.canonical import canonical_text
 from gridctl.reconcile import action_to_json, history_from_json, pending_from_json
 from gridctl.tick.computing import TickInputs, TickOutcome, compute_tick
@@ -67,18 +68,36 @@ def _demand_line(d: ModelDemand) -> str:
     )
 
 
-def _host_lines(snapshot: FleetSnapshot) -> tuple[list[str], list[str]]:
-    hosts, residencies = [], []
-    for host in snapshot.hosts:
-        res = host.resources
-        declared = replace(  # measured quantities are judged by effect: see the docstring
+# measured quantities are judged by effect (see the docstring): left out of the digest
+MEASURED = ("disk_free_mb", "measured_tokens_per_second", "measured_latency_ms")
+_declared_values = attrgetter(*(f.name for f in fields(HostResources) if f.name not in MEASURED))
+
+
+def _resources_digest(res: HostResources, seen: dict[tuple[object, ...], str]) -> str:
+    """The digest of a host's declared resources. A fleet repeats a few machines, so equal
+    declarations are digested once per call (``seen``): they are keyed by each value and
+    its type, floats by their text, so two keys are equal only where the texts are."""
+    values = _declared_values(res)
+    key = (*(repr(v) if type(v) is float else v for v in values), *map(type, values))
+    found = seen.get(key)
+    if found is None:
+        declared = replace(
             res, disk_free_mb=None, measured_tokens_per_second=None, measured_latency_ms=None
         )
+        found = seen[key] = _digest(canonical_text(declared))
+    return found
+
+
+def _host_lines(snapshot: FleetSnapshot) -> tuple[list[str], list[str]]:
+    hosts, residencies = [], []
+    seen: dict[tuple[object, ...], str] = {}
+    for host in snapshot.hosts:
+        res = host.resources
         disk = "disk unknown" if res.disk_free_mb is None else "disk reported"
         hosts.append(
             f"{host.host_id} {host.kind} {host.state.value} "
             f"{res.capacity_mb - res.reserved_mb} MB usable, {disk} "
-            f"(resources {_digest(canonical_text(declared))}, "
+            f"(resources {_resources_digest(res, seen)}, "
             f"failures {list(host.failed_attempts)})"
         )
         for r in host.residencies:
@@ -177,12 +196,20 @@ def destroys(actions: Iterable[Action], tombstoned: Iterable[str]) -> list[dict[
     return list(grouped.values())
 
 
-def outcome_document(inputs: TickInputs, outcome: TickOutcome) -> dict[str, Any]:
-    """What the tick would do, as JSON: plan, actions, destroys, held work, inputs."""
+def outcome_document(
+    inputs: TickInputs,
+    outcome: TickOutcome,
+    explain: Iterable[str] = (),
+    *,
+    explain_all: bool = False,
+) -> dict[str, Any]:
+    """What the tick would do, as JSON: plan, actions, destroys, held work, inputs. The
+    plan's per-host rows are there only for the models in ``explain`` (or all of them
+    with ``explain_all``); every model's hosts are folded in its ``models`` entry."""
     result = outcome.result
     every = [*result.actions, *result.deferred]
     held = [action_to_json(a) for a in every if a.blocked]
-    plan = plan_to_json(outcome.plan)
+    plan = plan_document(outcome.plan, explain, explain_all=explain_all)
     placing = [a for a in outcome.plan.assignments if not a.existing]
     document: dict[str, Any] = {
         "revision": inputs.desired.revision,
@@ -238,9 +265,15 @@ def offline_inputs(desired: DesiredState, snapshot: FleetSnapshot) -> TickInputs
     )
 
 
-def offline_document(desired: DesiredState, snapshot: FleetSnapshot) -> dict[str, Any]:
+def offline_document(
+    desired: DesiredState,
+    snapshot: FleetSnapshot,
+    explain: Iterable[str] = (),
+    *,
+    explain_all: bool = False,
+) -> dict[str, Any]:
     inputs = offline_inputs(desired, snapshot)
-    return outcome_document(inputs, compute_tick(inputs))
+    return outcome_document(inputs, compute_tick(inputs), explain, explain_all=explain_all)
 
 
 Signature = tuple[str, str, str, str, bool, str]

@@ -2,7 +2,9 @@
 
 Two sources share one small protocol (``fetch``): ``ControllerSource`` polls
 ``GET /allocator/status`` through the shared ``gridctl.client.ControllerClient``,
-``FileSource`` reads a saved status document (post-mortems, tests).
+``FileSource`` reads a saved status document (post-mortems, tests). The status
+folds each model's plan hosts into groups; ``ControllerSource.select_model``
+asks for every host row of the model the plan panel's cursor rests on.
 ``OperatorRequests`` sends the only mutations the dashboard offers,
 ``PUT /allocator/mode`` and ``POST /allocator/tick``, with the operator token.
 The shared client is synchronous, so calls run in a thread and never stall the
@@ -62,13 +64,22 @@ class ControllerSource:
     ) -> None:
         self._client = ControllerClient(base_url, transport=transport, timeout=timeout)
         self.base_url = self._client.base_url
+        # the model whose every host row the status is asked for (the plan's selected line)
+        self.explain: str | None = None
 
     def describe(self) -> str:
         return self.base_url
 
+    def select_model(self, model_id: str | None) -> bool:
+        """Ask for ``model_id``'s host rows from the next fetch on; whether that changed."""
+        changed = model_id != self.explain
+        self.explain = model_id
+        return changed
+
     async def fetch(self) -> dict[str, Any]:
+        explain = (self.explain,) if self.explain else ()
         try:
-            document = await asyncio.to_thread(self._client.status)
+            document = await asyncio.to_thread(self._client.status, explain)
         except ControllerError as exc:
             raise ControllerUnreachable(str(exc)) from exc
         except ValueError as exc:  # a 200 whose body is not JSON

@@ -5,7 +5,9 @@ assigned replica in place (it exists but is not ready yet), ``-`` preempt or
 remove a residency the plan no longer wants, ``!`` an unsatisfied constraint.
 Assignments already satisfied by a ready residency are not changes and are
 omitted. Each line carries the reconciler's actions for its (host, model) and
-the ``--explain`` detail for its model. Pure: plan JSON in, frozen lines out.
+the ``--explain`` detail for its model: every host's row when the status carries
+them (the dashboard asks for the selected model's), else its hosts folded into
+groups alike. Pure: plan JSON in, frozen lines out.
 """
 
 from __future__ import annotations
@@ -56,8 +58,36 @@ def _components(raw: Any) -> str:
     )
 
 
-def explain_lines(explanation: Mapping[str, Any] | None) -> tuple[str, ...]:
-    """``gridctl plan --explain MODEL`` detail: the target, then every host considered."""
+def _group_line(group: Mapping[str, Any]) -> str:
+    count, example = group.get("hosts", "?"), group.get("example_host", "?")
+    hosts = f"{count} host{'' if count == 1 else 's'}"
+    detail = group.get("detail") or ""
+    if group.get("reason"):
+        words = f"{group['reason']} ({detail})" if detail else str(group["reason"])
+        return f"  x {hosts}: {words}, e.g. {example}"
+    return f"    {hosts}: {detail or 'eligible, scored'}, e.g. {example}"
+
+
+def summary_lines(summary: Mapping[str, Any]) -> tuple[str, ...]:
+    """A model's hosts folded (the status's ``plan.models`` entry): the target, the chosen
+    hosts, then each group of hosts alike with a count and an example."""
+    target = summary.get("target_replicas", "?")
+    demand = summary.get("demand_class") or "-"
+    lines = [f"target {target} replica(s), {demand}: {summary.get('target_reason', '')}"]
+    chosen = summary.get("chosen")
+    lines.extend(f"  * {host}: chosen" for host in (chosen if isinstance(chosen, list) else ()))
+    for key in ("rejected", "eligible"):
+        lines.extend(_group_line(group) for group in _rows(summary.get(key)))
+    return tuple(lines)
+
+
+def explain_lines(
+    explanation: Mapping[str, Any] | None, summary: Mapping[str, Any] | None = None
+) -> tuple[str, ...]:
+    """``gridctl plan --explain MODEL`` detail: the target, then every host considered;
+    the hosts folded into groups (``summary``) when the document carries no rows."""
+    if explanation is None and isinstance(summary, Mapping):
+        return summary_lines(summary)
     if explanation is None:
         return ("no explanation recorded for this model",)
     target = explanation.get("target_replicas", "?")
@@ -111,6 +141,8 @@ def plan_lines(
     if plan is None:
         return ()
     explained = _explanations(plan)
+    models = plan.get("models")
+    folded = {str(k): v for k, v in models.items()} if isinstance(models, Mapping) else {}
     by_pair = _actions_by_pair(actions)
     resident = _residencies(hosts)
     lines: list[PlanLine] = []
@@ -127,7 +159,7 @@ def plan_lines(
                 summary=summary,
                 reason=reason,
                 actions=tuple(by_pair.get(pair, ())),
-                explain=explain_lines(explained.get(model)),
+                explain=explain_lines(explained.get(model), folded.get(model)),
             )
         )
 

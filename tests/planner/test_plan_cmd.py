@@ -52,6 +52,12 @@ def test_json_has_the_documented_shape(capsys: pytest.CaptureFixture[str]) -> No
         }
     ]
     assert {"model_id", "code", "message"} <= set(doc["unsatisfied"][0])
+    assert doc["explanations"] == {}  # host rows only with --explain
+    assert doc["models"]["coder-32b"]["hosts_considered"] == 6
+    main(
+        ["plan", OFFICE, "--against", snap("office-saturated"), "--json", "--explain", "coder-32b"]
+    )
+    doc = json.loads(capsys.readouterr().out)
     hosts = [c["host_id"] for c in doc["explanations"]["coder-32b"]["candidates"]]
     assert hosts == sorted(hosts) and len(hosts) == 6
 

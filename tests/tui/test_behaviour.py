@@ -275,3 +275,21 @@ async def test_from_file_is_read_only(name: str) -> None:
         await pilot.press("m")
         await pilot.pause()
         assert isinstance(app.screen, DashboardScreen)
+
+
+async def test_the_plan_cursor_asks_the_status_for_that_models_host_rows(
+    make_controller: Factory,
+) -> None:
+    controller = make_controller("degraded_fleet")
+    app = live_app(controller)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await pilot.press("3")
+        await ready(pilot)
+        table = app.screen.query_one("#plan-table")
+        line = table.current_row()  # type: ignore[attr-defined]
+        assert line is not None
+    statuses = [r for r in controller.requests if r.url.path == "/allocator/status"]
+    assert statuses[0].url.params.get_list("explain") == []  # nothing selected yet
+    assert statuses[-1].url.params.get_list("explain") == [line.model_id]
+    assert len(statuses) == 2  # one more fetch when the selection changed, not one per update

@@ -118,3 +118,38 @@ def test_a_running_transfer_shows_as_a_bar_in_the_fleet_row() -> None:
     assert "gemma-3-270m fetching █████░░░░░ 50% 21.0MB/s" in shown
     untouched = build_view(degraded_fleet())
     assert all(h.transfers == () for h in untouched.hosts)
+
+
+def test_a_plan_without_host_rows_explains_with_the_folded_hosts() -> None:
+    hosts = [gpu_server_80g("gpu-a", "r1")]
+    plan = {
+        "assignments": [assignment("m", "gpu-a", 10, "baseline")],
+        "preemptions": [],
+        "unsatisfied": [],
+        "explanations": {},
+        "models": {
+            "m": {
+                "target_replicas": 1,
+                "target_reason": "min_replicas",
+                "demand_class": "baseline",
+                "hosts_considered": 5,
+                "chosen": ["gpu-a"],
+                "rejected": [
+                    {
+                        "reason": "data_tier",
+                        "detail": "not trusted",
+                        "hosts": 3,
+                        "example_host": "lap-1",
+                    },
+                ],
+                "eligible": [{"detail": "not evaluated", "hosts": 1, "example_host": "gpu-b"}],
+            }
+        },
+    }
+    (line,) = plan_lines(plan, hosts, [])
+    assert line.explain == (
+        "target 1 replica(s), baseline: min_replicas",
+        "  * gpu-a: chosen",
+        "  x 3 hosts: data_tier (not trusted), e.g. lap-1",
+        "    1 host: not evaluated, e.g. gpu-b",
+    )

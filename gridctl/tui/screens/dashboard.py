@@ -19,6 +19,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, TabbedContent, TabPane
 
 from gridctl.errors import GridctlError
+from gridctl.tui.client import ControllerSource
 from gridctl.tui.consequences import CLEAR, OperatorRequest, mode_request, tick_request
 from gridctl.tui.screens.confirm import ConfirmScreen
 from gridctl.tui.screens.details import DetailScreen
@@ -33,7 +34,7 @@ from gridctl.tui.widgets.desired_panel import DesiredPanel
 from gridctl.tui.widgets.filter_bar import FilterBar
 from gridctl.tui.widgets.fleet_panel import FleetPanel
 from gridctl.tui.widgets.history_panel import HistoryPanel
-from gridctl.tui.widgets.plan_panel import PlanPanel
+from gridctl.tui.widgets.plan_panel import PlanPanel, PlanTable
 from gridctl.tui.widgets.rows_panel import RowsPanel
 from gridctl.tui.widgets.status_feed import StatusFeed
 
@@ -165,6 +166,14 @@ class DashboardScreen(Screen[None]):
 
     def action_refresh(self) -> None:
         self.query_one(StatusFeed).poll()
+
+    def on_plan_table_line_focused(self, event: PlanTable.LineFocused) -> None:
+        """The status carries host rows only for the model asked for: ask for the selected
+        line's model, and fetch again at once when it changed."""
+        source = self.settings.source
+        model = event.line.model_id if event.line else None
+        if isinstance(source, ControllerSource) and source.select_model(model):
+            self.query_one(StatusFeed).poll()
 
     # --- details ----------------------------------------------------------------------
     def on_rows_panel_details_requested(self, event: RowsPanel.DetailsRequested) -> None:
