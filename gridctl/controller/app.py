@@ -37,6 +37,7 @@ from gridctl.controller.documents import (
 )
 from gridctl.controller.endpoints import check_engine_endpoints
 from gridctl.controller.evaluations import record_evaluation
+from gridctl.controller.externals import DEFAULT_SERVES, SERVES
 from gridctl.controller.statusdoc import build_status, status_revision
 from gridctl.domain import Mode, Plan
 from gridctl.errors import PermanentError, WireError
@@ -99,12 +100,14 @@ class ControllerApp:
         extra_routes: list[Route] | None = None,
         metrics: Callable[[], bytes] | None = None,
         save_external: Callable[[str, dict[str, Any]], None] | None = None,
+        remove_external: Callable[[str], bool] | None = None,
         node_extras: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self.node_extras = node_extras  # added to every node response (trust bundle digest)
         self.ctl = controller
         self._operator = operator_token
         self.save_external = save_external
+        self.remove_persisted_external = remove_external
         self.verify_node = verify_node
         self.extra_routes = extra_routes or []
         self.render_metrics = metrics
@@ -129,6 +132,7 @@ class ControllerApp:
             Route("/allocator/evaluations", guarded(self.evaluations), methods=["POST"]),
             Route("/metrics", self.metrics, methods=["GET"]),
             Route("/allocator/external/{name}", guarded(self.external), methods=["PUT"]),
+            Route("/allocator/external/{name}", guarded(self.remove_external), methods=["DELETE"]),
             Route(
                 "/allocator/models/{model_id:path}", guarded(self.models), methods=["PUT", "DELETE"]
             ),
@@ -336,6 +340,13 @@ class ControllerApp:
         concurrency = body.get("max_concurrency", 1)
         if not isinstance(concurrency, int) or concurrency < 1:
             raise WireError("max_concurrency must be a positive integer", "/max_concurrency")
+        serves = body.get("serves", DEFAULT_SERVES)
+        if serves not in SERVES:
+            raise WireError(
+                f"serves must be one of {', '.join(SERVES)}: the API the readiness probe asks "
+                "for one token",
+                "/serves",
+            )
         self.ctl.registry.register_external(
             name, endpoint.rstrip("/"), model, kind, self.ctl.clock(), max_concurrency=concurrency
         )
@@ -347,11 +358,53 @@ class ControllerApp:
                     "model_id": model,
                     "kind": kind,
                     "max_concurrency": concurrency,
+                    "serves": serves,
                 },
             )
         self.ctl.event("external_joined", host_id=name, model_id=model, message=kind)
         self.ctl.mark_dirty(safety=True)
-        return JSONResponse({"host_id": name, "model_id": model, "kind": kind})
+        return JSONResponse({"host_id": name, "model_id": model, "kind": kind, "serves": serves})
+
+    async def remove_external(self, request: Request) -> Response:
+        """Retire an external engine: its route, its persisted record and its inventory go.
+        Requests already sent to it finish; new ones go to the other replicas. Without
+        ``?force=true`` the last routable replica of a model is not removed (migrate
+        first: a managed replacement READY, then remove)."""
+        require_operator(request, self.operator_token)
+        name = request.path_params["name"]
+        force = request.query_params.get("force", "false")
+        if force not in ("true", "false"):
+            raise WireError("force must be true or false", "/force")
+        record = self.ctl.registry.host(name)
+        if record is not None and record.role != "external":
+            return error(
+                409,
+                f"{name!r} is a managed host, not an external engine; a managed host leaves "
+                f"the fleet with `gridctl token revoke {name}`",
+            )
+        now = self.ctl.clock()
+        if record is not None and force == "false":
+            for model_id in sorted(record.routes):
+                routable = self.ctl.registry.routable(model_id, now)
+                if [r.host_id for r in routable] == [name]:
+                    return error(
+                        409,
+                        f"external engine {name!r} is the only routable replica of "
+                        f"{model_id!r}: removing it fails that model's requests; wait until a "
+                        "replacement is READY and routable (`gridctl status`), or force it",
+                    )
+        persisted = (
+            self.remove_persisted_external(name)
+            if self.remove_persisted_external is not None
+            else False
+        )
+        if record is None and not persisted:
+            return error(404, f"no external engine named {name!r} (`gridctl status` lists them)")
+        self.ctl.registry.forget(name)
+        models = sorted(record.routes) if record is not None else []
+        self.ctl.event("external_removed", host_id=name, model_id=models[0] if models else None)
+        self.ctl.mark_dirty(safety=True)
+        return JSONResponse({"removed": name, "model_ids": models})
 
     async def models(self, request: Request) -> Response:
         require_operator(request, self.operator_token)

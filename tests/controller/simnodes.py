@@ -48,10 +48,36 @@ ONE_GEMMA = {
 FAILING_PROMPT = "engine, fail this request"
 
 
+# what the keyless vendor engines (``https://*.vendor.test``) list in their /v1/models
+VENDOR_MODELS = ("vendor-model", "vendor-x")
+
+
+def vendor_engine(request: httpx.Request) -> httpx.Response:
+    """An external OpenAI-compatible engine: lists ``VENDOR_MODELS`` and answers any of them."""
+    if request.url.path.endswith("/v1/models"):
+        return httpx.Response(200, json={"data": [{"id": m} for m in VENDOR_MODELS]})
+    body = json.loads(request.content)
+    if body.get("model") not in VENDOR_MODELS:
+        return httpx.Response(404, json={"error": {"message": "no such model"}})
+    return httpx.Response(
+        200,
+        json={
+            "id": "v",
+            "object": "chat.completion",
+            "model": body["model"],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}],
+            "usage": {"completion_tokens": 1},
+        },
+    )
+
+
 def engine_handler(request: httpx.Request) -> httpx.Response:
     """A child engine behind ``httpx.MockTransport``: healthy, and answering only with its key
     (a 503 for a chat that contains ``FAILING_PROMPT``: the engine itself failing, which
-    its breaker counts without asking its health)."""
+    its breaker counts without asking its health). Hosts under ``vendor.test`` are
+    external engines instead (``vendor_engine``)."""
+    if request.url.host.endswith(".vendor.test"):
+        return vendor_engine(request)
     if request.url.path.endswith("/health"):
         return httpx.Response(200, json={"status": "ok"})
     if request.headers.get("authorization", "").startswith("Bearer engine-key-"):
