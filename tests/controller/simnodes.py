@@ -156,6 +156,7 @@ class SimNode:
     state: str = "accepting"
     executed: list[dict[str, Any]] = field(default_factory=list)
     bad_row: bool = False
+    engine_url: str | None = None  # a real engine serving every model here (else a mock's)
 
     @classmethod
     def for_controller(
@@ -170,6 +171,8 @@ class SimNode:
         return {"X-Grid-Allocator-Node-Token": self.token}
 
     def endpoint(self, model_id: str) -> str:
+        if self.engine_url is not None:
+            return self.engine_url
         return f"http://127.0.0.1/engines/{self.host_id}/{model_id}"  # loopback: no TLS needed
 
     def envelope(self) -> dict[str, Any]:
