@@ -37,7 +37,7 @@ from gridctl.controller.documents import (
 )
 from gridctl.controller.endpoints import check_engine_endpoints
 from gridctl.controller.evaluations import record_evaluation
-from gridctl.controller.externals import DEFAULT_SERVES, SERVES
+from gridctl.controller.externals import DEFAULT_SERVES, SERVES, removal_refusal
 from gridctl.controller.statusdoc import build_status, status_revision
 from gridctl.domain import Mode, Plan
 from gridctl.errors import PermanentError, WireError
@@ -384,15 +384,9 @@ class ControllerApp:
             )
         now = self.ctl.clock()
         if record is not None and force == "false":
-            for model_id in sorted(record.routes):
-                routable = self.ctl.registry.routable(model_id, now)
-                if [r.host_id for r in routable] == [name]:
-                    return error(
-                        409,
-                        f"external engine {name!r} is the only routable replica of "
-                        f"{model_id!r}: removing it fails that model's requests; wait until a "
-                        "replacement is READY and routable (`gridctl status`), or force it",
-                    )
+            refusal = removal_refusal(self.ctl.registry, name, list(record.routes), now)
+            if refusal is not None:
+                return error(409, refusal)
         persisted = (
             self.remove_persisted_external(name)
             if self.remove_persisted_external is not None

@@ -21,9 +21,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
+
+from gridctl.routes import EngineRoute
 
 SERVES = ("chat", "completions")  # the OpenAI APIs an external registration may declare
 DEFAULT_SERVES = "chat"
@@ -41,6 +43,25 @@ class Readiness:
     ready: bool
     reason: str = ""
     definitive: bool = True  # False: the engine did not answer in time (no renewal only)
+
+
+class RoutesOf(Protocol):
+    """What the removal guard reads of the registry."""
+
+    def routable(self, model_id: str, now: float) -> list[EngineRoute]: ...
+
+
+def removal_refusal(registry: RoutesOf, name: str, models: list[str], now: float) -> str | None:
+    """Why removing the external engine ``name`` (serving ``models``) without force would
+    cut a model off: it is that model's only routable replica. None when it may go."""
+    for model_id in sorted(models):
+        if [r.host_id for r in registry.routable(model_id, now)] == [name]:
+            return (
+                f"external engine {name!r} is the only routable replica of {model_id!r}: "
+                "removing it fails that model's requests; wait until a replacement is READY "
+                "and routable (`gridctl status`), or force it"
+            )
+    return None
 
 
 def listed_ids(document: Any) -> set[str] | None:

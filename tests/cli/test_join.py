@@ -84,8 +84,10 @@ def test_join_then_remove_an_external_engine(
     engine = OpenAIEngine(models=["m"]).start()
     try:
         joined = main(
-            ["join", "--at", engine.endpoint, "-m", "m", "--kind", "vllm", "--name", "vendor"]
-            + ["--serves", "completions", "--json", *where]
+            [
+                *("join", "--at", engine.endpoint, "-m", "m", "--kind", "vllm"),
+                *("--name", "vendor", "--serves", "completions", "--json", *where),
+            ]
         )
         assert joined == 0
         answer = json.loads(capsys.readouterr().out)
