@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from gridctl.cli.status_cmd import render_status
 from gridctl.controller.externals import INFERENCE_RECHECK_SECONDS
 from gridctl.controller.serving import ControllerService, ServiceOptions
 from gridctl.membership import Membership
@@ -89,6 +90,8 @@ async def test_a_200_without_the_model_is_not_routable(rig: Rig, engine: OpenAIE
     assert engine.probes == 0  # no inference is asked of an engine that lacks the model
     models = (await rig.client.get("/v1/models")).json()
     assert MODEL not in [m["id"] for m in models["data"]]
+    shown = render_status((await rig.client.get("/allocator/status")).json())
+    assert "  m not routable: model 'm' not listed by the engine" in shown.splitlines()
 
     engine.models.append(MODEL)
     await rig.probe()
