@@ -37,14 +37,12 @@ from gridctl.controller.documents import (
 )
 from gridctl.controller.endpoints import check_engine_endpoints
 from gridctl.controller.evaluations import record_evaluation
-from gridctl.controller.externals import DEFAULT_SERVES, SERVES, removal_refusal
+from gridctl.controller.externalapi import Refusal, register_external, retire_external
 from gridctl.controller.statusdoc import build_status, status_revision
 from gridctl.domain import Mode, Plan
 from gridctl.errors import PermanentError, WireError
-from gridctl.transport import is_plain_off_loopback
 
 MAX_JSON_BYTES = 4 * 1024 * 1024
-EXTERNAL_KINDS = ("llama.cpp", "vllm", "ollama", "openai")
 COMMAND_WAIT_SECONDS = 5.0
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -320,85 +318,20 @@ class ControllerApp:
         require_operator(request, self.operator_token)
         name = request.path_params["name"]
         body = await read_json(request)
-        if not isinstance(body, dict):
-            raise WireError("body must be an object")
-        endpoint, model, kind = body.get("endpoint"), body.get("model_id"), body.get("kind")
-        if not isinstance(endpoint, str) or not endpoint.startswith(("http://", "https://")):
-            raise WireError("endpoint must be an http(s) URL", "/endpoint")
-        if is_plain_off_loopback(endpoint):
-            raise WireError(
-                "endpoint must be https:// off loopback: prompts and keys never cross plain HTTP",
-                "/endpoint",
-            )
-        existing = self.ctl.registry.host(name)
-        if existing is not None and existing.role != "external":
-            raise WireError(f"{name!r} is a managed host; pick another --name", "/name")
-        if not isinstance(model, str) or not model:
-            raise WireError("model_id is required", "/model_id")
-        if kind not in EXTERNAL_KINDS:
-            raise WireError(f"kind must be one of {', '.join(EXTERNAL_KINDS)}", "/kind")
-        concurrency = body.get("max_concurrency", 1)
-        if not isinstance(concurrency, int) or concurrency < 1:
-            raise WireError("max_concurrency must be a positive integer", "/max_concurrency")
-        serves = body.get("serves", DEFAULT_SERVES)
-        if serves not in SERVES:
-            raise WireError(
-                f"serves must be one of {', '.join(SERVES)}: the API the readiness probe asks "
-                "for one token",
-                "/serves",
-            )
-        self.ctl.registry.register_external(
-            name, endpoint.rstrip("/"), model, kind, self.ctl.clock(), max_concurrency=concurrency
-        )
-        if self.save_external is not None:
-            self.save_external(
-                name,
-                {
-                    "endpoint": endpoint.rstrip("/"),
-                    "model_id": model,
-                    "kind": kind,
-                    "max_concurrency": concurrency,
-                    "serves": serves,
-                },
-            )
-        self.ctl.event("external_joined", host_id=name, model_id=model, message=kind)
-        self.ctl.mark_dirty(safety=True)
-        return JSONResponse({"host_id": name, "model_id": model, "kind": kind, "serves": serves})
+        return JSONResponse(register_external(self.ctl, name, body, self.save_external))
 
     async def remove_external(self, request: Request) -> Response:
-        """Retire an external engine: its route, its persisted record and its inventory go.
-        Requests already sent to it finish; new ones go to the other replicas. Without
-        ``?force=true`` the last routable replica of a model is not removed (migrate
-        first: a managed replacement READY, then remove)."""
+        """Retire an external engine (``gridctl.controller.externalapi.retire_external``)."""
         require_operator(request, self.operator_token)
-        name = request.path_params["name"]
-        force = request.query_params.get("force", "false")
-        if force not in ("true", "false"):
-            raise WireError("force must be true or false", "/force")
-        record = self.ctl.registry.host(name)
-        if record is not None and record.role != "external":
-            return error(
-                409,
-                f"{name!r} is a managed host, not an external engine; a managed host leaves "
-                f"the fleet with `gridctl token revoke {name}`",
-            )
-        now = self.ctl.clock()
-        if record is not None and force == "false":
-            refusal = removal_refusal(self.ctl.registry, name, list(record.routes), now)
-            if refusal is not None:
-                return error(409, refusal)
-        persisted = (
-            self.remove_persisted_external(name)
-            if self.remove_persisted_external is not None
-            else False
+        answer = retire_external(
+            self.ctl,
+            request.path_params["name"],
+            request.query_params.get("force", "false"),
+            self.remove_persisted_external,
         )
-        if record is None and not persisted:
-            return error(404, f"no external engine named {name!r} (`gridctl status` lists them)")
-        self.ctl.registry.forget(name)
-        models = sorted(record.routes) if record is not None else []
-        self.ctl.event("external_removed", host_id=name, model_id=models[0] if models else None)
-        self.ctl.mark_dirty(safety=True)
-        return JSONResponse({"removed": name, "model_ids": models})
+        if isinstance(answer, Refusal):
+            return error(answer.status, answer.message)
+        return JSONResponse(answer)
 
     async def models(self, request: Request) -> Response:
         require_operator(request, self.operator_token)
