@@ -315,6 +315,12 @@ class Membership:
             (name, json.dumps(body, sort_keys=True), now),
         )
 
+    def remove_external(self, name: str) -> bool:
+        """Delete an external engine's record (a restart no longer restores it); returns
+        whether one existed."""
+        cursor = self._write("DELETE FROM external_engines WHERE name = ?", (name,))
+        return cursor.rowcount > 0
+
     def externals(self) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
         for name, body in self._db.execute("SELECT name, body FROM external_engines"):

@@ -184,6 +184,9 @@ def render_status(doc: dict[str, Any]) -> str:
                     f"  {host['state']} cannot complete: last ready replica of {stuck.model_id} "
                     f"stays ({stuck.why}); `gridctl node drain --host {host['host_id']} --force`"
                 )
+        for r in host["residencies"]:
+            if r.get("not_routable_reason"):
+                lines.append(f"  {r['model_id']} not routable: {r['not_routable_reason']}")
         for t in host.get("transfers", []):
             percent = "?" if t.get("percent") is None else f"{t['percent']:.1f}"
             lines.append(

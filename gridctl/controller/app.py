@@ -37,13 +37,12 @@ from gridctl.controller.documents import (
 )
 from gridctl.controller.endpoints import check_engine_endpoints
 from gridctl.controller.evaluations import record_evaluation
+from gridctl.controller.externalapi import Refusal, register_external, retire_external
 from gridctl.controller.statusdoc import build_status, status_revision
 from gridctl.domain import Mode, Plan
 from gridctl.errors import PermanentError, WireError
-from gridctl.transport import is_plain_off_loopback
 
 MAX_JSON_BYTES = 4 * 1024 * 1024
-EXTERNAL_KINDS = ("llama.cpp", "vllm", "ollama", "openai")
 COMMAND_WAIT_SECONDS = 5.0
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -99,12 +98,14 @@ class ControllerApp:
         extra_routes: list[Route] | None = None,
         metrics: Callable[[], bytes] | None = None,
         save_external: Callable[[str, dict[str, Any]], None] | None = None,
+        remove_external: Callable[[str], bool] | None = None,
         node_extras: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self.node_extras = node_extras  # added to every node response (trust bundle digest)
         self.ctl = controller
         self._operator = operator_token
         self.save_external = save_external
+        self.remove_persisted_external = remove_external
         self.verify_node = verify_node
         self.extra_routes = extra_routes or []
         self.render_metrics = metrics
@@ -129,6 +130,7 @@ class ControllerApp:
             Route("/allocator/evaluations", guarded(self.evaluations), methods=["POST"]),
             Route("/metrics", self.metrics, methods=["GET"]),
             Route("/allocator/external/{name}", guarded(self.external), methods=["PUT"]),
+            Route("/allocator/external/{name}", guarded(self.remove_external), methods=["DELETE"]),
             Route(
                 "/allocator/models/{model_id:path}", guarded(self.models), methods=["PUT", "DELETE"]
             ),
@@ -316,42 +318,20 @@ class ControllerApp:
         require_operator(request, self.operator_token)
         name = request.path_params["name"]
         body = await read_json(request)
-        if not isinstance(body, dict):
-            raise WireError("body must be an object")
-        endpoint, model, kind = body.get("endpoint"), body.get("model_id"), body.get("kind")
-        if not isinstance(endpoint, str) or not endpoint.startswith(("http://", "https://")):
-            raise WireError("endpoint must be an http(s) URL", "/endpoint")
-        if is_plain_off_loopback(endpoint):
-            raise WireError(
-                "endpoint must be https:// off loopback: prompts and keys never cross plain HTTP",
-                "/endpoint",
-            )
-        existing = self.ctl.registry.host(name)
-        if existing is not None and existing.role != "external":
-            raise WireError(f"{name!r} is a managed host; pick another --name", "/name")
-        if not isinstance(model, str) or not model:
-            raise WireError("model_id is required", "/model_id")
-        if kind not in EXTERNAL_KINDS:
-            raise WireError(f"kind must be one of {', '.join(EXTERNAL_KINDS)}", "/kind")
-        concurrency = body.get("max_concurrency", 1)
-        if not isinstance(concurrency, int) or concurrency < 1:
-            raise WireError("max_concurrency must be a positive integer", "/max_concurrency")
-        self.ctl.registry.register_external(
-            name, endpoint.rstrip("/"), model, kind, self.ctl.clock(), max_concurrency=concurrency
+        return JSONResponse(register_external(self.ctl, name, body, self.save_external))
+
+    async def remove_external(self, request: Request) -> Response:
+        """Retire an external engine (``gridctl.controller.externalapi.retire_external``)."""
+        require_operator(request, self.operator_token)
+        answer = retire_external(
+            self.ctl,
+            request.path_params["name"],
+            request.query_params.get("force", "false"),
+            self.remove_persisted_external,
         )
-        if self.save_external is not None:
-            self.save_external(
-                name,
-                {
-                    "endpoint": endpoint.rstrip("/"),
-                    "model_id": model,
-                    "kind": kind,
-                    "max_concurrency": concurrency,
-                },
-            )
-        self.ctl.event("external_joined", host_id=name, model_id=model, message=kind)
-        self.ctl.mark_dirty(safety=True)
-        return JSONResponse({"host_id": name, "model_id": model, "kind": kind})
+        if isinstance(answer, Refusal):
+            return error(answer.status, answer.message)
+        return JSONResponse(answer)
 
     async def models(self, request: Request) -> Response:
         require_operator(request, self.operator_token)

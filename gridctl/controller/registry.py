@@ -192,6 +192,8 @@ class Registry:
         # how many routes appeared (a new endpoint, never probed): the probe loop probes
         # soon after this moves instead of at its next period
         self.routes_added = 0
+        # (host, model) -> why the last native-readiness probe refused the route
+        self._not_routable: dict[tuple[str, str], str] = {}
         # Private proxy measurements that override self-reported speed in snapshots:
         # host -> (latency ms, tokens/s); set by the router, never exposed in discovery.
         # per (host, model): the router's speed evidence (``Attribution.model_speeds``)
@@ -451,6 +453,30 @@ class Registry:
             route = record.routes.get(model_id) if record else None
             if route is not None and route.endpoint == endpoint:
                 route.corroborated_at = now
+                self._not_routable.pop((host_id, model_id), None)
+
+    def withdraw(
+        self, host_id: str, model_id: str, endpoint: str, reason: str, *, at_once: bool
+    ) -> bool:
+        """Record a failed readiness probe of a route and why. ``at_once`` (a definitive
+        refusal: the model not listed, an error answer) also ends its corroboration, so it
+        stops being routable now; otherwise its lease simply is not renewed. Returns
+        whether a corroborated route was withdrawn."""
+        with self._lock:
+            record = self._hosts.get(host_id)
+            route = record.routes.get(model_id) if record else None
+            if route is None or route.endpoint != endpoint:
+                return False
+            self._not_routable[(host_id, model_id)] = reason
+            if not at_once or route.corroborated_at is None:
+                return False
+            route.corroborated_at = None
+            return True
+
+    def not_routable_reason(self, host_id: str, model_id: str) -> str | None:
+        """Why the last readiness probe of a route failed (None once one succeeds)."""
+        with self._lock:
+            return self._not_routable.get((host_id, model_id))
 
     def routable(self, model_id: str, now: float) -> list[EngineRoute]:
         """Admitted, ready, corroborated routes for ``model_id`` (invariant 4)."""
@@ -613,6 +639,8 @@ class Registry:
     def forget(self, host_id: str) -> None:
         with self._lock:
             self._store(host_id, None)
+            for key in [k for k in self._not_routable if k[0] == host_id]:
+                del self._not_routable[key]
 
     def snapshot(self, now: float, demand: tuple[ModelDemand, ...] = ()) -> FleetSnapshot:
         """The frozen observation the planner and reconciler read.

@@ -29,6 +29,7 @@ from gridctl.config.resolving import policy_from_document
 from gridctl.controller.app import ControllerApp
 from gridctl.controller.control import Controller
 from gridctl.controller.desired import ApiDesired, DesiredProvider
+from gridctl.controller.externals import DEFAULT_SERVES, ExternalReadiness
 from gridctl.controller.joining import FleetIdentity
 from gridctl.controller.onewrite import OneWriteHttpToolsProtocol
 from gridctl.controller.proxyfront import ProxyFront
@@ -164,6 +165,7 @@ class ControllerService:
             else None
         )
         self.registry = Registry()
+        self.externals = ExternalReadiness(clock)  # native readiness of `gridctl join` engines
         if self.identity is not None:  # a join bundle never takes over a host in the registry
             self.identity.known_host = lambda host_id: self.registry.host(host_id) is not None
             self.identity.controller_names |= {n.lower() for n in serving_names(options.host)}
@@ -279,10 +281,21 @@ class ControllerService:
                 )
             except (KeyError, TypeError, ValueError, GridctlError) as exc:
                 log.warning("external engine %s not restored: %s", name, exc)
+                continue
+            self.externals.remember(name, str(body.get("serves", DEFAULT_SERVES)))
 
     def _save_external(self, name: str, body: dict[str, Any]) -> None:
+        self.externals.remember(name, str(body.get("serves", DEFAULT_SERVES)))
         if self.identity is not None:
             self.identity.membership.save_external(name, body, now=self.options.clock())
+
+    def _remove_external(self, name: str) -> bool:
+        """Forget an external engine's persisted record and probe state; returns whether a
+        persisted record existed (the registry entry is the caller's)."""
+        self.externals.forget(name)
+        if self.identity is None:
+            return False
+        return self.identity.membership.remove_external(name)
 
     def engine_verify(self) -> ssl.SSLContext:
         """How the router and prober verify engines: the fleet trust bundle, the system
@@ -405,14 +418,45 @@ class ControllerService:
             self.lease.release()  # a clean stop hands authority over without waiting
 
     async def probe_once(self, client: httpx.AsyncClient) -> None:
-        """Probe every advertised child engine once; a 200 from /health corroborates it."""
-        for host_id, model_id, endpoint in self.registry.probe_targets():
-            if not await self._answers(client, endpoint):
-                continue
-            was = self.registry.routable(model_id, self.options.clock())
-            self.registry.corroborate(host_id, model_id, endpoint, self.options.clock())
-            if not any(r.host_id == host_id for r in was):
+        """Probe every advertised engine once: a child's 200 from /health corroborates it;
+        an external engine needs native readiness (``gridctl.controller.externals``).
+        External engines are probed concurrently with the children, so a slow one
+        delays no child's corroboration."""
+        children: list[tuple[str, str, str]] = []
+        external: list[tuple[str, str, str]] = []
+        for target in self.registry.probe_targets():
+            record = self.registry.host(target[0])
+            is_external = record is not None and record.role == "external"
+            (external if is_external else children).append(target)
+        await asyncio.gather(
+            self._probe_children(client, children), self._probe_external(client, external)
+        )
+
+    async def _probe_children(
+        self, client: httpx.AsyncClient, targets: list[tuple[str, str, str]]
+    ) -> None:
+        for host_id, model_id, endpoint in targets:
+            if await self._answers(client, endpoint):
+                self._corroborate(host_id, model_id, endpoint)
+
+    async def _probe_external(
+        self, client: httpx.AsyncClient, targets: list[tuple[str, str, str]]
+    ) -> None:
+        verdicts = await self.externals.check_all(client, targets)
+        for (host_id, model_id, endpoint), verdict in zip(targets, verdicts, strict=True):
+            if verdict.ready:
+                self._corroborate(host_id, model_id, endpoint)
+            elif self.registry.withdraw(
+                host_id, model_id, endpoint, verdict.reason, at_once=verdict.definitive
+            ):
+                log.warning("external route %s/%s withdrawn: %s", host_id, model_id, verdict.reason)
                 self.controller.mark_dirty(safety=True)
+
+    def _corroborate(self, host_id: str, model_id: str, endpoint: str) -> None:
+        was = self.registry.routable(model_id, self.options.clock())
+        self.registry.corroborate(host_id, model_id, endpoint, self.options.clock())
+        if not any(r.host_id == host_id for r in was):
+            self.controller.mark_dirty(safety=True)
 
     @staticmethod
     async def _answers(client: httpx.AsyncClient, endpoint: str) -> bool:
@@ -524,6 +568,7 @@ class ControllerService:
             extra_routes=routes,
             metrics=self.metrics.render,
             save_external=self._save_external,
+            remove_external=self._remove_external,
             node_extras=self._node_extras,
         ).build()
         # the forwarded POSTs skip the routing and exception layers (same guard, same router)

@@ -62,6 +62,9 @@ def _hosts(ctl: Controller, now: float) -> list[dict[str, Any]]:
                     "active_requests": ctl.registry.active_requests(record.host_id, r.model_id),
                     "routable": r.model_id in routable,
                     "endpoint": routable.get(r.model_id),
+                    "not_routable_reason": None
+                    if r.model_id in routable
+                    else ctl.registry.not_routable_reason(record.host_id, r.model_id),
                     "loaded_at": r.loaded_at,
                     "last_used_at": r.last_used_at,
                 }

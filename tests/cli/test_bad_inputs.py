@@ -245,6 +245,7 @@ UNREACHABLE_COMMANDS: dict[str, list[str]] = {
         *("join", "--at", "http://127.0.0.1:9", "-m", "m", "--kind", "vllm"),
         *("--controller", "{dead}"),
     ],
+    "join-remove": ["join", "--remove", "vendor", "--controller", "{dead}"],
 }
 PLACEHOLDERS = ("?/?", "/: ", ":0:0", " ?:", ": ?", "error:: ")
 

@@ -48,10 +48,36 @@ ONE_GEMMA = {
 FAILING_PROMPT = "engine, fail this request"
 
 
+# what the keyless vendor engines (``https://*.vendor.test``) list in their /v1/models
+VENDOR_MODELS = ("vendor-model", "vendor-x")
+
+
+def vendor_engine(request: httpx.Request) -> httpx.Response:
+    """An external OpenAI-compatible engine: lists ``VENDOR_MODELS`` and answers any of them."""
+    if request.url.path.endswith("/v1/models"):
+        return httpx.Response(200, json={"data": [{"id": m} for m in VENDOR_MODELS]})
+    body = json.loads(request.content)
+    if body.get("model") not in VENDOR_MODELS:
+        return httpx.Response(404, json={"error": {"message": "no such model"}})
+    return httpx.Response(
+        200,
+        json={
+            "id": "v",
+            "object": "chat.completion",
+            "model": body["model"],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}],
+            "usage": {"completion_tokens": 1},
+        },
+    )
+
+
 def engine_handler(request: httpx.Request) -> httpx.Response:
     """A child engine behind ``httpx.MockTransport``: healthy, and answering only with its key
     (a 503 for a chat that contains ``FAILING_PROMPT``: the engine itself failing, which
-    its breaker counts without asking its health)."""
+    its breaker counts without asking its health). Hosts under ``vendor.test`` are
+    external engines instead (``vendor_engine``)."""
+    if request.url.host.endswith(".vendor.test"):
+        return vendor_engine(request)
     if request.url.path.endswith("/health"):
         return httpx.Response(200, json={"status": "ok"})
     if request.headers.get("authorization", "").startswith("Bearer engine-key-"):
@@ -130,6 +156,7 @@ class SimNode:
     state: str = "accepting"
     executed: list[dict[str, Any]] = field(default_factory=list)
     bad_row: bool = False
+    engine_url: str | None = None  # a real engine serving every model here (else a mock's)
 
     @classmethod
     def for_controller(
@@ -144,6 +171,8 @@ class SimNode:
         return {"X-Grid-Allocator-Node-Token": self.token}
 
     def endpoint(self, model_id: str) -> str:
+        if self.engine_url is not None:
+            return self.engine_url
         return f"http://127.0.0.1/engines/{self.host_id}/{model_id}"  # loopback: no TLS needed
 
     def envelope(self) -> dict[str, Any]:

@@ -32,6 +32,7 @@ ROUTES: dict[tuple[str, str], tuple[str | None, str | None]] = {
     ("POST", "/allocator/evaluations"): (OPERATOR, ""),
     ("GET", "/metrics"): (None, None),
     ("PUT", "/allocator/external/{name}"): (OPERATOR, ""),
+    ("DELETE", "/allocator/external/{name}"): (OPERATOR, None),
     ("PUT", "/allocator/models/{model_id:path}"): (OPERATOR, "model-profile.schema.json"),
     ("DELETE", "/allocator/models/{model_id:path}"): (OPERATOR, None),
     ("GET", "/pki/ca"): (None, None),
