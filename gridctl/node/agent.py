@@ -258,11 +258,11 @@ class NodeAgent:
             [r.action_id for r in pending], {r.action_id: r.status for r in pending}
         )
         for receipt in pending:
-            log.info(
-                "acknowledged action %s %s %s: %s",
-                receipt.action_id,
+            log.info(  # worded unlike the finishing line: one action finishes once
+                "receipt acknowledged: %s %s, action %s: %s",
                 receipt.kind,
                 receipt.status,
+                receipt.action_id,
                 receipt.message,
                 extra=command_fields(
                     {**receipt.command, "action_id": receipt.action_id}, "acknowledged"

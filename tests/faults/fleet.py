@@ -175,6 +175,7 @@ class FaultFleet:
         env: dict[str, str] | None = None,
         token: str | None = None,
         tags: str = "local,cpu",
+        node_policy: str | None = None,
     ) -> Node:
         from gridctl.credentials import (
             issue_node_credential,
@@ -200,6 +201,14 @@ class FaultFleet:
         args += ["--engine-ctx", "1024", "--stop-idle-seconds", "5"]
         if artifact_dir is not None:
             args += ["--artifact-dir", str(artifact_dir)]
+        if node_policy is not None:  # a NodePolicy spec, as YAML flow text
+            policy_file = node_dir / "node-policy.yaml"
+            policy_file.write_text(
+                "apiVersion: gridctl/v1\nkind: NodePolicy\nmetadata: {name: fault}\n"
+                f"spec: {node_policy}\n",
+                encoding="utf-8",
+            )
+            args += ["--policy", str(policy_file)]
         node = Node(host_id, node_dir, args, self.root / f"{host_id}.log", env or dict(os.environ))
         self.nodes[host_id] = node
         return node

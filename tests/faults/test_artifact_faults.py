@@ -105,7 +105,16 @@ def fleet(
         try:
             fleet.start_controller()
             fleet.add_node("fetcher", env=env, tags="local,cpu,fetcher").start()
-            fleet.add_node("full", env=env, artifact_dir=disk, tags="local,cpu,full").start()
+            # the load's own disk-full failure is under test here, not the protection
+            # rule that throttles a host short of free space (tests/node/test_sensor_disk.py)
+            fleet.add_node(
+                "full",
+                env=env,
+                artifact_dir=disk,
+                tags="local,cpu,full",
+                node_policy="{disk_throttle_below_free_mb: null, "
+                "disk_unhealthy_below_free_mb: null}",
+            ).start()
             yield fleet
         except BaseException:
             print(fleet.logs())
