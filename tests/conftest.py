@@ -47,6 +47,20 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_contexts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Fleets shared by a module or the session start before any test's own config
+    directory exists: they record their contexts in this run's directory, never the
+    user's."""
+    before = os.environ.get("GRIDCTL_CONFIG_DIR")
+    os.environ["GRIDCTL_CONFIG_DIR"] = str(tmp_path_factory.mktemp("gridctl-session-config"))
+    yield
+    if before is None:
+        os.environ.pop("GRIDCTL_CONFIG_DIR", None)
+    else:
+        os.environ["GRIDCTL_CONFIG_DIR"] = before
+
+
 @pytest.fixture(autouse=True)
 def _own_contexts(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
