@@ -28,51 +28,70 @@ def _save(fig: Any, path: Path) -> str:
     return path.name
 
 
-def _mean5(values: list[int]) -> list[float]:
-    return [sum(values[max(0, i - 4) : i + 1]) / 5.0 for i in range(len(values))]
+def _mean(values: list[int], window: int) -> list[float]:
+    return [sum(values[max(0, i - window + 1) : i + 1]) / window for i in range(len(values))]
 
 
-def _served_chart(runs: list[Run], directory: Path, name: str = "served.png") -> str:
-    fig, axes = plt.subplots(len(runs), 1, figsize=(10, 2.8 * len(runs)), squeeze=False)
-    for ax, result in zip(axes[:, 0], runs, strict=True):
-        rows = result.accumulator.per_minute
+def served_chart(
+    panels: list[tuple[str, list[dict[str, list[int]]]]],
+    path: Path,
+    *,
+    unit: str = "minute",
+    window: int = 5,
+) -> str:
+    """One panel per (label, rows); a row maps workload -> [offered, served] per ``unit``.
+
+    The lab and a real run (``gridctl fleet demo``) draw the same chart, so the two
+    days can be read side by side.
+    """
+    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 2.8 * len(panels)), squeeze=False)
+    for ax, (label, rows) in zip(axes[:, 0], panels, strict=True):
         names = sorted({w for row in rows for w in row})
         colours = plt.get_cmap("tab10")
         for index, workload in enumerate(names):
-            offered = _mean5([row.get(workload, [0, 0])[0] for row in rows])
-            served = _mean5([row.get(workload, [0, 0])[1] for row in rows])
+            offered = _mean([row.get(workload, [0, 0])[0] for row in rows], window)
+            served = _mean([row.get(workload, [0, 0])[1] for row in rows], window)
             colour = colours(index % 10)
             ax.plot(served, label=workload, linewidth=1.2, color=colour)
             ax.plot(offered, linewidth=0.8, linestyle=":", color=colour)
         ax.set_title(
-            "requests per minute, 5-minute mean (solid served, dotted offered): "
-            f"{result.strategy.value}"
+            f"requests per {unit}, {window}-{unit} mean (solid served, dotted offered): {label}"
         )
-        ax.set_xlabel("minute")
+        ax.set_xlabel(unit)
         ax.legend(fontsize=7, ncol=5, loc="upper right")
-    return _save(fig, directory / name)
+    return _save(fig, path)
 
 
-def _residency_chart(
-    result: Run, world: World, directory: Path, name: str = "residency.png"
+def _served_chart(runs: list[Run], directory: Path, name: str = "served.png") -> str:
+    panels = [(r.strategy.value, r.accumulator.per_minute) for r in runs]
+    return served_chart(panels, directory / name)
+
+
+def residency_chart(
+    label: str,
+    residency: list[dict[str, list[str]]],
+    hosts: list[str],
+    models: list[str],
+    path: Path,
+    *,
+    unit: str = "minute",
 ) -> str:
-    hosts = [h.host_id for h in world.hosts]
-    models = [p.name for p in world.desired.profiles]
+    """Ready residencies per host over time; ``residency[i]`` maps host -> models."""
     colours = plt.get_cmap("tab20")
     fig, ax = plt.subplots(figsize=(10, 0.45 * len(hosts) + 1.5))
     for y, host in enumerate(hosts):
         for m_index, model in enumerate(models):
             spans: list[tuple[int, int]] = []
             start = None
-            for minute, ready in enumerate(result.residency):
+            for step, ready in enumerate(residency):
                 here = model in ready.get(host, [])
                 if here and start is None:
-                    start = minute
+                    start = step
                 if not here and start is not None:
-                    spans.append((start, minute - start))
+                    spans.append((start, step - start))
                     start = None
             if start is not None:
-                spans.append((start, len(result.residency) - start))
+                spans.append((start, len(residency) - start))
             if spans:
                 ax.broken_barh(
                     spans,
@@ -81,12 +100,20 @@ def _residency_chart(
                     label=model,
                 )
     ax.set_yticks(range(len(hosts)), hosts, fontsize=7)
-    ax.set_xlabel("minute")
-    ax.set_title(f"ready residencies per host: {result.strategy.value}")
+    ax.set_xlabel(unit)
+    ax.set_title(f"ready residencies per host: {label}")
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles, strict=True))
     ax.legend(unique.values(), unique.keys(), fontsize=7, ncol=4, loc="upper right")
-    return _save(fig, directory / name)
+    return _save(fig, path)
+
+
+def _residency_chart(
+    result: Run, world: World, directory: Path, name: str = "residency.png"
+) -> str:
+    hosts = [h.host_id for h in world.hosts]
+    models = [p.name for p in world.desired.profiles]
+    return residency_chart(result.strategy.value, result.residency, hosts, models, directory / name)
 
 
 def _churn_chart(runs: list[Run], directory: Path) -> str:

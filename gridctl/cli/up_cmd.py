@@ -16,6 +16,7 @@ from types import FrameType
 from typing import Any
 
 from gridctl import contexts
+from gridctl.cli import demo_cmd
 from gridctl.cli.status_cmd import issue_line
 from gridctl.client import ControllerClient, ControllerError, default_state_root
 from gridctl.fleetrun import (
@@ -120,6 +121,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     fdown = fsub.add_parser("down", help="drain and stop the detached fleet")
     fdown.add_argument("--state-dir", type=Path, default=None)
     fdown.set_defaults(func=run_fleet_down)
+    demo_cmd.register(fsub)
 
     def fleet_help(_args: argparse.Namespace) -> int:
         fleet.print_help()
