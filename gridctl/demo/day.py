@@ -10,7 +10,7 @@ The day has four phases, as fractions of ``--duration``:
   has three (at the latest at 42 %) the third host is drained like a laptop
   whose owner needs it, and resumed once it routes nothing (at the latest at
   56 %);
-- quiet (60 % until the baseline is back at one replica, at most 75 %): no
+- quiet (60 % until the baseline is back at one replica, at most 80 %): no
   requests. The surge's demand decays and the replicas it
   added are no longer recently used, so the baseline returns to one replica
   (the spec's demo also converges to idle before admitting the next mix: a
@@ -56,8 +56,9 @@ LAPTOP = f"local-{MACHINES}"
 MODELS = (BASELINE, SPECIALIST)
 # (phase, the share of the day at which it starts). The quiet phase ends early once the
 # baseline is back at one replica; the drain waits for the surge's three replicas.
-PHASES = (("morning", 0.0), ("surge", 0.2), ("quiet", 0.6), ("cooldown", 0.75))
+PHASES = (("morning", 0.0), ("surge", 0.2), ("quiet", 0.6), ("cooldown", 0.8))
 DRAIN_BY, RESUME_BY = 0.42, 0.56
+SURGE_USERS = 10  # closed-loop users with no rest: a queue on one replica, 3 replicas wanted
 STARTUP_DEADLINE = 300.0
 FINISH_SECONDS = 150.0  # the client's own timeout and retries bound a request
 
@@ -388,7 +389,9 @@ def _run_phases(
     for stream in streams:
         traffic.stop(stream)
     phase("surge")
-    surge = traffic.start(Stream("surge", "general", BASELINE, 14, 0.0), at(bounds["quiet"]))
+    surge = traffic.start(
+        Stream("surge", "general", BASELINE, SURGE_USERS, 0.0), at(bounds["quiet"])
+    )
     until(lambda: routed(BASELINE) >= MACHINES, at(DRAIN_BY))
     _node_override(fleet_root, LAPTOP, "drain")
     drained_at = time.monotonic() - started
