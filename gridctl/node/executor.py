@@ -43,6 +43,7 @@ def lifecycle_request(command: dict[str, Any]) -> LifecycleRequest:
         chat_template=command.get("chat_template"),
         embeddings="embeddings" in (command.get("endpoints") or ()),
         force=bool(command.get("force", False)),
+        runtime=command.get("runtime"),
     )
 
 
