@@ -159,6 +159,9 @@ class RuntimeAdapter(Protocol):
         ...
 
 
+_ABSENT = object()
+
+
 def contract_members() -> tuple[str, ...]:
     """Every name :class:`RuntimeAdapter` requires, sorted."""
     names = set(RuntimeAdapter.__annotations__)
@@ -176,8 +179,8 @@ def contract_gaps(adapter_class: type) -> list[str]:
                 gaps.append(f"{name}: missing attribute")
             continue
         required = inspect.getattr_static(RuntimeAdapter, name)
-        offered = inspect.getattr_static(adapter_class, name, None)
-        if offered is None:
+        offered = inspect.getattr_static(adapter_class, name, _ABSENT)
+        if offered is _ABSENT:
             gaps.append(f"{name}: missing")
         elif isinstance(required, property):
             if not isinstance(offered, property):
