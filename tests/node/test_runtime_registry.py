@@ -12,7 +12,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gridctl.domain.states import ResidencyState
-from gridctl.node.actuator import ActionFailure, LifecycleRequest
+from gridctl.node.actuator import (
+    ActionFailure,
+    HostActuator,
+    LifecycleRequest,
+    MemoryLimits,
+    PortRange,
+)
+from gridctl.node.artifacts import ArtifactCache
 from gridctl.node.executor import lifecycle_request
 from gridctl.node.records import ResidencyRecord
 from gridctl.node.runtimes.llamacpp import LlamaCppRuntime
@@ -22,6 +29,7 @@ from gridctl.node.runtimes.registry import (
     UnknownRuntime,
     adapter_kind,
 )
+from gridctl.node.statestore import NodeStateStore
 from tests.node.test_actuator import actuator, loaded
 
 
@@ -136,6 +144,49 @@ def test_a_warm_naming_the_default_runtime_records_it(tmp_path: Path) -> None:
         )
     row = act.store.residency("m")
     assert row is not None and row.runtime == "llama.cpp" and row.state is ResidencyState.FAILED
+
+
+@pytest.fixture(scope="module")
+def cached_host(tmp_path_factory: pytest.TempPathFactory) -> tuple[HostActuator, str]:
+    root = tmp_path_factory.mktemp("cached-host")
+    act = actuator(root)
+    return act, loaded(root, act)
+
+
+@given(name=st.text(max_size=24).filter(lambda name: name != "llama.cpp"))
+def test_no_warm_for_a_runtime_without_an_adapter_changes_the_node(
+    cached_host: tuple[HostActuator, str], name: str
+) -> None:
+    act, sha = cached_host
+    rows, receipts = act.store.residencies(), act.store.receipts(limit=100)
+    with pytest.raises(ActionFailure) as info:
+        act.warm(LifecycleRequest("warm", "m", memory_mb=64, artifact_sha256=sha, runtime=name))
+    assert info.value.reason == "unknown_runtime" and repr(name) in str(info.value)
+    assert act.store.residencies() == rows and act.store.receipts(limit=100) == receipts
+
+
+def test_a_warm_is_dispatched_to_the_adapter_its_runtime_names(tmp_path: Path) -> None:
+    store = NodeStateStore(tmp_path / "node.sqlite3")
+    default, other = llama(tmp_path), llama(tmp_path, RenamedLlama)
+    act = HostActuator(
+        store=store,
+        cache=ArtifactCache(tmp_path / "cache", store),
+        runtime=default,
+        other_runtimes=[other],
+        ports=PortRange(29940, 29949),
+        limits=MemoryLimits(4096),
+        free_memory_mb=lambda: 100_000,
+    )
+    assert act.runtimes.names == ("llama.cpp", "llama.cpp-alt") and act.runtime is default
+    sha = loaded(tmp_path, act)
+    with pytest.raises(FileNotFoundError):  # neither adapter's binary exists
+        act.warm(
+            LifecycleRequest(
+                "warm", "m", memory_mb=64, artifact_sha256=sha, runtime="llama.cpp-alt"
+            )
+        )
+    row = store.residency("m")
+    assert row is not None and row.runtime == "llama.cpp-alt" and row.state is ResidencyState.FAILED
 
 
 def test_a_child_of_a_runtime_without_an_adapter_is_fenced_and_never_signalled(
