@@ -23,88 +23,47 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
 
 from gridctl.domain.states import ResidencyState
-from gridctl.errors import GridctlError, PermanentError
+from gridctl.errors import GridctlError
 from gridctl.node.artifacts import ArtifactCache
+from gridctl.node.lifecycle import (
+    ActionFailure,
+    LifecycleRequest,
+    MemoryLimits,
+    Outcome,
+    PortRange,
+)
 from gridctl.node.processes import Liveness
 from gridctl.node.records import ProcessIdentity, ResidencyRecord
-from gridctl.node.runtimes.adapter import LaunchOptions, RuntimeAdapter, RuntimeFailure
+from gridctl.node.runtimes.adapter import RuntimeAdapter, RuntimeFailure
 from gridctl.node.runtimes.registry import RuntimeRegistry, UnknownRuntime
 from gridctl.node.statestore import NodeStateStore
 from gridctl.transport import socket_family
+
+__all__ = [  # the lifecycle's vocabulary stays importable from here
+    "ActionFailure",
+    "HostActuator",
+    "LifecycleRequest",
+    "MemoryLimits",
+    "Outcome",
+    "PortRange",
+    "available_memory_mb",
+]
 
 MIB = 1024 * 1024
 HEALTH_FAILURES_BEFORE_FAILED = 3
 _PROCESS_STATES = (ResidencyState.READY, ResidencyState.DRAINING)
 
 
-class ActionFailure(PermanentError):
-    """A lifecycle step did not happen; ``reason`` is a stable code for the receipt."""
-
-    def __init__(self, reason: str, detail: str = "") -> None:
-        self.reason = reason
-        super().__init__(f"{reason}: {detail}" if detail else reason)
-
-
 def _load_failure_reason(exc: Exception) -> str:
     if isinstance(exc, OSError):
         return "insufficient_disk" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "local_io"
     return str(getattr(exc, "reason", "load_failed"))
-
-
-@dataclass(frozen=True)
-class PortRange:
-    first: int
-    last: int
-
-    @classmethod
-    def parse(cls, text: str) -> PortRange:
-        lo, _, hi = text.partition("-")
-        first, last = int(lo), int(hi or lo)
-        if not 1024 <= first <= last <= 65535:
-            raise ValueError(f"bad port range {text!r}")
-        return cls(first, last)
-
-
-@dataclass(frozen=True)
-class MemoryLimits:
-    """The host's declared model capacity, checked again before each launch."""
-
-    capacity_mb: int
-    reserved_mb: int = 0
-
-
-@dataclass(frozen=True)
-class LifecycleRequest:
-    """The parts of a wire command a lifecycle step needs."""
-
-    kind: str
-    model_id: str
-    memory_mb: int = 0
-    artifact_sha256: str | None = None
-    artifact_source: str | None = None
-    artifact_size_mb: int | None = None
-    artifact_mirrors: tuple[str, ...] = ()  # fleet peers holding the exact digest, tried first
-    prefetch: bool = False  # a cache-only predictive transfer: provenance "predictive"
-    chat_template: str | None = None  # a llama-server built-in template name for the warm
-    embeddings: bool = False  # the warmed engine serves /v1/embeddings
-    force: bool = False
-    runtime: str | None = None  # the engine kind to warm; None: the host's default runtime
-
-    @property
-    def launch_options(self) -> LaunchOptions:
-        return LaunchOptions(chat_template=self.chat_template, embeddings=self.embeddings)
-
-
-@dataclass(frozen=True)
-class Outcome:
-    message: str
-    artifact_fetched: bool = False
 
 
 def available_memory_mb() -> int:
