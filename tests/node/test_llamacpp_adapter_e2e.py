@@ -21,6 +21,7 @@ from gridctl.node.runtimes.adapter import LaunchOptions, RuntimeAdapter
 from gridctl.node.runtimes.llamacpp import LlamaCppRuntime
 from gridctl.node.runtimes.registry import RuntimeRegistry
 from tests.node.conftest import GEMMA_SHA256, MODEL_ID, NodeParts, gemma_load
+from tests.node.test_llamacpp_e2e import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -36,13 +37,6 @@ class RecordingJournal:
 
     def proven(self, model_id: str, identity: ProcessIdentity) -> None:
         self.events.append(("proven", identity))
-
-
-def wait_until(predicate: object, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.1)
 
 
 def test_llama_cpp_lifecycle_through_the_contract(node_parts: NodeParts) -> None:
@@ -74,7 +68,7 @@ def test_llama_cpp_lifecycle_through_the_contract(node_parts: NodeParts) -> None
         outcome: dict[str, object] = {}
         worker = threading.Thread(target=_long_generation, args=(port, parts, outcome))
         worker.start()
-        wait_until(lambda: (seen := adapter.activity(port)) is not None and seen.processing > 0)
+        wait_for(lambda: (seen := adapter.activity(port)) is not None and seen.processing > 0)
         drained = adapter.wait_idle(port, timeout=0.5)  # bounded: the request still runs
         assert drained is not None and drained.processing == 1
 
