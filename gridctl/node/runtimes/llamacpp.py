@@ -26,7 +26,12 @@ from pathlib import Path
 import httpx
 
 from gridctl.errors import PermanentError
-from gridctl.node.processes import Liveness, check_identity, observe_identity, stop_proven
+from gridctl.node.processes import (
+    Liveness,
+    check_identity,
+    observe_launched_identity,
+    stop_proven,
+)
 from gridctl.node.records import ProcessIdentity
 from gridctl.node.runtimes.adapter import (
     ChildFailed,
@@ -223,7 +228,7 @@ class LlamaCppRuntime:
         except BaseException:
             self._kill_unrecorded(popen)
             raise
-        identity = observe_identity(popen.pid)
+        identity = observe_launched_identity(popen.pid)
         if identity is None or identity.cmdline != tuple(argv):
             self._kill_unrecorded(popen)
             detail = f"{model_id} exited at launch; {self.log_tail(model_id)}"
