@@ -7,13 +7,14 @@ say exactly when a key was pressed or the pointer moved, for every local session
 alike. They are readable only by root or the ``input`` group, so this source is
 often unavailable; it is then unknown, never "active".
 
-A background thread ``select()``s on the opened devices (and on a wake-up pipe, so
-``close`` is immediate), decodes ``struct input_event`` records and stamps the
-monotonic time of the last user event: ``EV_KEY`` (keys, buttons, auto-repeat),
-``EV_REL`` (mouse motion, wheel) and ``EV_ABS`` (touchpad, touchscreen). ``EV_SYN``
-frames, ``EV_MSC`` scan codes and switches (a lid, a headphone jack) are not the
-user's hand and are ignored. The time of reading is used, not the record's own
-timestamp, so a wall-clock step cannot fake idleness.
+A background thread waits with ``poll()`` (``select()`` without its 1024-descriptor
+limit) on the opened devices and on a wake-up pipe, so ``close`` is immediate. It
+decodes ``struct input_event`` records and stamps the monotonic time of the last user
+event: ``EV_KEY`` (keys, buttons, auto-repeat), ``EV_REL`` (mouse motion, wheel) and
+``EV_ABS`` (touchpad, touchscreen). ``EV_SYN`` frames, ``EV_MSC`` scan codes and
+switches (a lid, a headphone jack) are not the user's hand and are ignored. The time
+of reading is used, not the record's own timestamp, so a wall-clock step cannot fake
+idleness.
 
 Before the first user event since the reader started, idle time is **unknown**, not
 "time since start". That would be a lower bound only, and a lower bound can never
@@ -54,7 +55,7 @@ INPUT_EVENT = struct.Struct("@llHHi")
 EV_SYN, EV_KEY, EV_REL, EV_ABS, EV_MSC = 0, 1, 2, 3, 4
 USER_EVENT_TYPES = frozenset({EV_KEY, EV_REL, EV_ABS})
 READ_EVENTS = 64  # records per read(): a burst of motion is drained in few calls
-SELECT_SECONDS = 1.0  # bounds how long the thread goes without checking its stop flag
+POLL_SECONDS = 1.0  # bounds how long the thread goes without checking its stop flag
 RESCAN_SECONDS = 30.0
 JOIN_SECONDS = 5.0
 PROC_INPUT_DEVICES = Path("/proc/bus/input/devices")
@@ -108,7 +109,7 @@ class InputIdle:
         *,
         clock: Callable[[], float] = time.monotonic,
         rescan_seconds: float = RESCAN_SECONDS,
-        select_seconds: float = SELECT_SECONDS,
+        poll_seconds: float = POLL_SECONDS,
     ) -> None:
         if callable(devices):
             self._discover: DeviceSource = devices
@@ -117,7 +118,7 @@ class InputIdle:
             self._discover = lambda: fixed
         self.clock = clock
         self.rescan_seconds = rescan_seconds
-        self.select_seconds = select_seconds
+        self.poll_seconds = poll_seconds
         self._lock = threading.Lock()
         self._last_user_event: float | None = None
         self._open_devices = 0
@@ -161,7 +162,7 @@ class InputIdle:
             os.write(self._wake_write, b"x")
         if self._thread is not None:
             self._thread.join(timeout=JOIN_SECONDS)
-            if self._thread.is_alive():  # pragma: no cover - select() is bounded
+            if self._thread.is_alive():  # pragma: no cover - poll() is bounded
                 log.warning("input idle reader did not stop within %.0f s", JOIN_SECONDS)
                 return  # the thread still owns its descriptors
         for fd in (self._wake_read, self._wake_write):
@@ -190,18 +191,25 @@ class InputIdle:
                 if time.monotonic() >= next_scan:
                     devices.update(self._open_new(devices))
                     next_scan = time.monotonic() + self.rescan_seconds
-                wait = min(self.select_seconds, max(0.0, next_scan - time.monotonic()))
-                try:
-                    ready, _, _ = select.select([self._wake_read, *devices], [], [], wait)
-                except OSError as exc:  # a descriptor went bad under us: find it by reading
-                    self._note(f"select: {exc}")
-                    ready = list(devices)
+                wait = min(self.poll_seconds, max(0.0, next_scan - time.monotonic()))
+                ready = self._wait_readable(devices, wait)
                 for fd in ready:
                     if fd != self._wake_read and not self._drain(fd, partial):
                         self._drop(fd, devices, partial)
         finally:
             for fd in list(devices):
                 self._drop(fd, devices, partial)
+
+    def _wait_readable(self, devices: dict[int, Path], seconds: float) -> list[int]:
+        """The descriptors with data, an end of file or an error (poll: no FD_SETSIZE cap)."""
+        poller = select.poll()
+        for fd in (self._wake_read, *devices):
+            poller.register(fd, select.POLLIN)
+        try:
+            return [fd for fd, _event in poller.poll(seconds * 1000)]
+        except OSError as exc:  # pragma: no cover - EINTR is retried by Python itself
+            self._note(f"poll: {exc}")
+            return list(devices)
 
     def _drain(self, fd: int, partial: dict[int, bytes]) -> bool:
         """Read what ``fd`` has; False when the device is gone (EOF or an error)."""

@@ -1,7 +1,7 @@
 """Idle time from input devices: a FIFO stands in for ``/dev/input/eventN``.
 
 The test writes packed ``struct input_event`` records into the FIFO the reader's
-thread ``select()``s on: a key press or pointer motion resets the idle time, ``EV_SYN``
+thread polls: a key press or pointer motion resets the idle time, ``EV_SYN``
 and ``EV_MSC`` alone do not, nothing seen yet is unknown, and a missing device (or one
 that went away) makes the source unavailable, which reads unknown, never 0 s. The
 readings then drive the protection machine through ``read_sensors`` on both sides of
@@ -74,10 +74,11 @@ class FakeDevice:
         os.mkfifo(path)
         self.path = path
         self.fd: int | None = os.open(path, os.O_RDWR)
+        self.written = 0  # bytes, all of which the reader consumes in order
 
     def write(self, data: bytes) -> None:
         assert self.fd is not None
-        os.write(self.fd, data)
+        self.written += os.write(self.fd, data)
 
     def unread(self) -> int:
         """Bytes written that no reader has taken yet."""
@@ -108,15 +109,15 @@ def clock() -> list[float]:
 
 @pytest.fixture
 def reader(device: FakeDevice, clock: list[float]) -> Iterator[InputIdle]:
-    with InputIdle([device.path], clock=lambda: clock[0], select_seconds=0.2) as watching:
+    with InputIdle([device.path], clock=lambda: clock[0], poll_seconds=0.2) as watching:
         yield watching
 
 
 def send(reader: InputIdle, device: FakeDevice, data: bytes) -> None:
-    """Write records and wait until the reader's thread has consumed them all."""
-    expected = reader.records_read + len(data) // INPUT_EVENT.size
+    """Write bytes and wait until the reader has counted every whole record written so far."""
     device.write(data)
-    wait_until(lambda: reader.records_read >= expected, "the reader to consume the records")
+    whole = device.written // INPUT_EVENT.size
+    wait_until(lambda: reader.records_read >= whole, "the reader to consume the records")
 
 
 # --- the records alone ------------------------------------------------------------------
@@ -190,9 +191,9 @@ def test_a_record_torn_across_writes_is_read_whole(reader: InputIdle, device: Fa
 
 
 def test_no_device_and_a_missing_device_read_unknown(tmp_path: Path) -> None:
-    with InputIdle([], select_seconds=0.2) as nothing:
+    with InputIdle([], poll_seconds=0.2) as nothing:
         assert nothing() is None and nothing.open_devices == 0
-    with InputIdle([tmp_path / "no-such-event0"], select_seconds=0.2) as missing:
+    with InputIdle([tmp_path / "no-such-event0"], poll_seconds=0.2) as missing:
         assert missing() is None and missing.open_devices == 0
         assert missing.last_error is not None and "no-such-event0" in missing.last_error
 
@@ -209,11 +210,11 @@ def test_a_device_that_goes_away_makes_the_source_unavailable(
 
 def test_close_stops_the_thread_and_closes_the_descriptors(device: FakeDevice) -> None:
     before = set(os.listdir("/proc/self/fd"))
-    reader = InputIdle([device.path], select_seconds=30.0).start()  # select() would wait 30 s
+    reader = InputIdle([device.path], poll_seconds=30.0).start()  # poll() would wait 30 s
     assert any(t.name == "input-idle" for t in threading.enumerate())
     began = time.monotonic()
     reader.close()
-    assert time.monotonic() - began < 2.0  # woken by its pipe, not by the select timeout
+    assert time.monotonic() - began < 2.0  # woken by its pipe, not by the poll timeout
     assert not any(t.name == "input-idle" for t in threading.enumerate())
     assert set(os.listdir("/proc/self/fd")) <= before
     reader.close()  # twice is harmless
@@ -308,7 +309,7 @@ def test_only_a_users_event_ever_makes_idle_known(
     with tempfile.TemporaryDirectory() as scratch:
         fake = FakeDevice(Path(scratch) / "event0")
         try:
-            with InputIdle([fake.path], clock=lambda: START, select_seconds=0.2) as reader:
+            with InputIdle([fake.path], clock=lambda: START, poll_seconds=0.2) as reader:
                 rest = stream
                 for cut in cuts:
                     if not rest:
