@@ -40,6 +40,7 @@ from gridctl.node.artifacts import ArtifactCache
 from gridctl.node.enginekey import ensure_engine_key
 from gridctl.node.executor import CommandExecutor
 from gridctl.node.gpus import probe_gpus
+from gridctl.node.idle_input import InputIdle
 from gridctl.node.idle_logind import LogindIdle
 from gridctl.node.intake import CommandIntake
 from gridctl.node.joining import NodeIdentity
@@ -56,7 +57,7 @@ from gridctl.node.runtimes.llamacpp import (
     LlamaCppRuntime,
     default_binary,
 )
-from gridctl.node.sensors import read_sensors
+from gridctl.node.sensors import IdleSources, read_sensors
 from gridctl.node.statestore import NodeStateStore
 from gridctl.node.stoprequest import StopRequest
 from gridctl.wallclock import wall_clock
@@ -119,6 +120,7 @@ class NodeParts:
     intake: CommandIntake
     agent: NodeAgent
     protection: ProtectionLoop
+    idle: IdleSources | None = None  # started with the node, closed at shutdown
 
 
 def open_store(state_dir: Path) -> NodeStateStore:
@@ -175,7 +177,8 @@ def build_node(
     intake = CommandIntake(store, config.host_id, clock=clock)
     token_file = config.token_file
     read_node_credential(token_file)  # fail fast on a missing or group-readable file
-    idle_fallback = LogindIdle() if sys.platform.startswith("linux") else None
+    linux = sys.platform.startswith("linux")
+    idle_fallback = IdleSources(InputIdle(), LogindIdle()) if linux else None
     protection = ProtectionLoop(
         with_network_rule(config.policy, config.controller_url),
         read=lambda: read_sensors(
@@ -207,7 +210,7 @@ def build_node(
         clock=clock,
     )
     agent_ref.append(agent)
-    return NodeParts(store, actuator, executor, intake, agent, protection)
+    return NodeParts(store, actuator, executor, intake, agent, protection, idle_fallback)
 
 
 def _silence(agent_ref: list[NodeAgent]) -> float | None:
@@ -332,6 +335,8 @@ def run_daemon(config: NodeConfig, *, instance_id: str) -> int:
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
+        if parts.idle is not None:
+            parts.idle.start()
         parts.protection.sample()  # report a protective state from the first heartbeat
         parts.protection.start()
         parts.executor.start()
@@ -378,6 +383,8 @@ def shutdown(parts: NodeParts, config: NodeConfig) -> None:
     """Drain and stop: no new work, bounded wait for idle children, stop them, report."""
     parts.agent.stopping = True
     parts.protection.stop()
+    if parts.idle is not None:
+        parts.idle.close()  # the input devices' thread and descriptors, logind's bus
     try:
         parts.agent.heartbeat(request_commands=False)  # advertise draining at once
     except Exception as exc:  # best effort: the controller may be gone

@@ -3,8 +3,12 @@
 Every reader returns ``None`` rather than guessing: a laptop without a
 temperature sensor has an *unknown* temperature, not a cool one. User idle
 time is read on macOS (``ioreg`` HIDIdleTime), from an X11 session when
-``xprintidle`` exists, and otherwise from systemd-logind's idle hints over D-Bus
-(``idle_logind``: Wayland and console sessions); elsewhere it is unknown. Free
+``xprintidle`` exists, and otherwise from the first of the ``idle_fallback``
+sources that knows: on Linux the input devices (``idle_input``: exact, when the
+node may read ``/dev/input``), then systemd-logind's idle hints over D-Bus
+(``idle_logind``: Wayland and console sessions, but only as precise as the
+desktop's idle delay); elsewhere it is unknown. Most precise first: the session's
+own counter, then the devices' last event, then logind's boolean hint. Free
 space on the artifact and state volumes comes from ``disk_space``, the network
 link and the route to the controller from ``network_state``.
 
@@ -35,8 +39,36 @@ from gridctl.node.protection import Readings
 OVERRIDES_ENV = "GRIDCTL_SENSOR_OVERRIDES"
 
 
+class IdleSources:
+    """Idle-time readers asked in order: the first known reading wins."""
+
+    def __init__(self, *sources: Callable[[], float | None]) -> None:
+        self.sources = sources
+
+    def __call__(self) -> float | None:
+        for source in self.sources:
+            seconds = source()
+            if seconds is not None:
+                return seconds
+        return None
+
+    def start(self) -> None:
+        """Start the readers that watch in the background (the input devices)."""
+        for source in self.sources:
+            start = getattr(source, "start", None)
+            if callable(start):
+                start()
+
+    def close(self) -> None:
+        """Release every reader's threads, descriptors and connections."""
+        for source in self.sources:
+            close = getattr(source, "close", None)
+            if callable(close):
+                close()
+
+
 def _idle_seconds(fallback: Callable[[], float | None] | None = None) -> float | None:
-    """macOS or X11 when they answer, else ``fallback`` (logind on Linux)."""
+    """macOS or X11 when they answer, else ``fallback`` (input devices, logind on Linux)."""
     precise = _precise_idle_seconds()
     if precise is None and fallback is not None:
         return fallback()
