@@ -60,6 +60,7 @@ PHASES = (("morning", 0.0), ("surge", 0.2), ("quiet", 0.6), ("cooldown", 0.8))
 DRAIN_BY, RESUME_BY = 0.42, 0.56
 SURGE_USERS = 10  # closed-loop users with no rest: a queue on one replica, 3 replicas wanted
 STARTUP_DEADLINE = 300.0
+STATE_MARKER = ".gridctl-demo"
 FINISH_SECONDS = 150.0  # the client's own timeout and retries bound a request
 
 
@@ -238,8 +239,7 @@ class DayPlan:
 def run_day(plan: DayPlan) -> DayResult:
     """Start the fleet, run the day, stop everything; always returns what was seen."""
     root = plan.state_root
-    if root.exists():
-        shutil.rmtree(root)
+    _fresh_state_root(root)
     desired_dir = root / "desired"
     write_desired_state(desired_dir, plan.strategy, cooldown_seconds=max(10.0, plan.duration / 20))
     settings = FleetSettings(
@@ -298,6 +298,7 @@ def run_day(plan: DayPlan) -> DayResult:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     child.wait(timeout=60)
     left = _ours(root)
+    described = [f"{p.pid} {' '.join(p.cmdline()[:3])}" for p in left if _cmdline_ok(p)]
     for proc in left:
         with contextlib.suppress(psutil.Error):
             proc.kill()
@@ -310,10 +311,24 @@ def run_day(plan: DayPlan) -> DayResult:
         samples,
         lines,
         drained,
-        [f"{p.pid} {' '.join(p.cmdline()[:3])}" for p in left if _cmdline_ok(p)],
+        described,
         problems,
         unanswered,
     )
+
+
+def _fresh_state_root(root: Path) -> None:
+    """Empty the day's state directory, but only one an earlier day made (its marker file):
+    a mistyped ``--state-dir`` never deletes anything else."""
+    if root.exists() and any(root.iterdir()):
+        if not (root / STATE_MARKER).is_file():
+            raise RuntimeError(
+                f"{root} exists and was not made by `gridctl fleet demo`; "
+                "choose a new or empty --state-dir"
+            )
+        shutil.rmtree(root)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / STATE_MARKER).write_text("made by gridctl fleet demo; emptied by the next day\n")
 
 
 def _cmdline_ok(proc: psutil.Process) -> bool:

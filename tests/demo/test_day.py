@@ -168,3 +168,19 @@ def test_the_cli_refuses_unknown_strategies_and_durations() -> None:
         [*run, "demo", "--duration", "10s"], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 2 and "--duration" in done.stderr
+
+
+def test_a_state_directory_the_demo_did_not_make_is_never_emptied(tmp_path: Path) -> None:
+    from gridctl.demo.day import STATE_MARKER, _fresh_state_root
+
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    with pytest.raises(RuntimeError, match="was not made by `gridctl fleet demo`"):
+        _fresh_state_root(foreign)
+    assert (foreign / "notes.txt").read_text() == "keep me"
+    ours = tmp_path / "day"
+    _fresh_state_root(ours)
+    (ours / "old.log").write_text("last day")
+    _fresh_state_root(ours)
+    assert sorted(p.name for p in ours.iterdir()) == [STATE_MARKER]
