@@ -37,6 +37,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=DEFAULT_SERVES,
         help="the API the readiness probe asks one token of (default %(default)s)",
     )
+    parser.add_argument(
+        "--api-key-file",
+        type=Path,
+        metavar="FILE",
+        help="a file holding the engine's own API key (vLLM --api-key, a gateway's key): "
+        "the readiness probes and the router send it as a Bearer token; it is never shown "
+        "in status or logs (omitted on a re-join: the registered key is kept)",
+    )
     parser.add_argument("--name", help="inventory id (default derived from the URL)")
     parser.add_argument("--max-concurrency", type=int, default=1)
     parser.add_argument(
@@ -61,6 +69,7 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
     if args.remove is not None:
         given = [flag for flag, value in (("--at", args.at), ("-m", args.model)) if value]
         given += ["--kind"] if args.kind else []
+        given += ["--api-key-file"] if args.api_key_file else []
         if given:
             return f"--remove takes only the engine's name; drop {', '.join(given)}"
         return None
@@ -101,6 +110,16 @@ def run(args: argparse.Namespace) -> int:
         "max_concurrency": args.max_concurrency,
         "serves": args.serves,
     }
+    if args.api_key_file is not None:
+        try:
+            key = args.api_key_file.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            print(f"error: --api-key-file {args.api_key_file}: {exc}", file=sys.stderr)
+            return USAGE_ERROR
+        if not key:
+            print(f"error: --api-key-file {args.api_key_file} is empty", file=sys.stderr)
+            return USAGE_ERROR
+        body["api_key"] = key
     try:
         answer = _call(args, "PUT", f"/allocator/external/{name}", json=body)
     except ControllerError as exc:

@@ -9,6 +9,7 @@ message the HTTP layer turns into its error body.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,8 @@ from gridctl.errors import WireError
 from gridctl.transport import is_plain_off_loopback
 
 EXTERNAL_KINDS = ("llama.cpp", "vllm", "ollama", "openai")
+# the wire schema's engine key: printable ASCII, no whitespace, at most 512 characters
+API_KEY = re.compile(r"[!-~]{1,512}")
 
 
 @dataclass(frozen=True)
@@ -61,23 +64,48 @@ def register_external(
             "for one token",
             "/serves",
         )
+    api_key = body.get("api_key")
+    if api_key is not None and not (
+        isinstance(api_key, str) and API_KEY.fullmatch(api_key) is not None
+    ):
+        raise WireError(
+            "api_key must be 1-512 printable ASCII characters without spaces (the engine's "
+            "own key, sent as a Bearer token)",
+            "/api_key",
+        )
+    # a re-registration that names no key keeps the one already registered
+    kept = (
+        None
+        if existing is None
+        else next((r.api_key for r in existing.routes.values() if r.api_key), None)
+    )
+    key = api_key if api_key is not None else kept
     ctl.registry.register_external(
-        name, endpoint.rstrip("/"), model, kind, ctl.clock(), max_concurrency=concurrency
+        name,
+        endpoint.rstrip("/"),
+        model,
+        kind,
+        ctl.clock(),
+        max_concurrency=concurrency,
+        api_key=key,
     )
     if save is not None:
-        save(
-            name,
-            {
-                "endpoint": endpoint.rstrip("/"),
-                "model_id": model,
-                "kind": kind,
-                "max_concurrency": concurrency,
-                "serves": serves,
-            },
-        )
+        record = {
+            "endpoint": endpoint.rstrip("/"),
+            "model_id": model,
+            "kind": kind,
+            "max_concurrency": concurrency,
+            "serves": serves,
+        }
+        if key is not None:
+            record["api_key"] = key  # the controller's own state; never in status
+        save(name, record)
     ctl.event("external_joined", host_id=name, model_id=model, message=kind)
     ctl.mark_dirty(safety=True)
-    return {"host_id": name, "model_id": model, "kind": kind, "serves": serves}
+    answer: dict[str, Any] = {"host_id": name, "model_id": model, "kind": kind}
+    answer["serves"] = serves
+    answer["api_key"] = "set" if api_key is not None else "kept" if key is not None else "none"
+    return answer
 
 
 def retire_external(

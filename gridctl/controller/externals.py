@@ -64,6 +64,9 @@ def removal_refusal(registry: RoutesOf, name: str, models: list[str], now: float
     return None
 
 
+_KEY_HINT = "the engine wants an API key (`gridctl join ... --api-key-file FILE`) or refused it"
+
+
 def listed_ids(document: Any) -> set[str] | None:
     """The model ids of an OpenAI model list (``{"data": [{"id": ...}]}``), None if not one."""
     data = document.get("data") if isinstance(document, dict) else None
@@ -89,12 +92,23 @@ def _unreachable(what: str, exc: httpx.HTTPError) -> Readiness:
     return Readiness(False, f"{what}: {kind}", definitive=False)
 
 
-async def check_model_listed(client: httpx.AsyncClient, endpoint: str, model_id: str) -> Readiness:
+def bearer(api_key: str | None) -> dict[str, str]:
+    """The engine's own key as the OpenAI API expects it; no header without one."""
+    return {"authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+async def check_model_listed(
+    client: httpx.AsyncClient, endpoint: str, model_id: str, api_key: str | None = None
+) -> Readiness:
     """Whether the engine at ``endpoint`` lists ``model_id`` in ``GET /v1/models``."""
     try:
-        response = await client.get(endpoint + "/v1/models", timeout=LIST_TIMEOUT_SECONDS)
+        response = await client.get(
+            endpoint + "/v1/models", timeout=LIST_TIMEOUT_SECONDS, headers=bearer(api_key)
+        )
     except httpx.HTTPError as exc:
         return _unreachable("GET /v1/models", exc)
+    if response.status_code in (401, 403):
+        return Readiness(False, f"GET /v1/models answered {response.status_code}: {_KEY_HINT}")
     if response.status_code != 200:
         return Readiness(False, f"GET /v1/models answered {response.status_code}")
     if len(response.content) > MAX_LIST_BYTES:
@@ -111,12 +125,18 @@ async def check_model_listed(client: httpx.AsyncClient, endpoint: str, model_id:
 
 
 async def check_one_token(
-    client: httpx.AsyncClient, endpoint: str, model_id: str, serves: str
+    client: httpx.AsyncClient,
+    endpoint: str,
+    model_id: str,
+    serves: str,
+    api_key: str | None = None,
 ) -> Readiness:
     """Whether a one-token request for ``model_id`` answers 2xx."""
     path, body = one_token_request(serves, model_id)
     try:
-        response = await client.post(endpoint + path, json=body, timeout=INFERENCE_TIMEOUT_SECONDS)
+        response = await client.post(
+            endpoint + path, json=body, timeout=INFERENCE_TIMEOUT_SECONDS, headers=bearer(api_key)
+        )
     except httpx.HTTPError as exc:
         return _unreachable(f"one-token probe POST {path}", exc)
     if not 200 <= response.status_code < 300:
@@ -150,11 +170,16 @@ class ExternalReadiness:
             del self._answered[key]
 
     async def check(
-        self, client: httpx.AsyncClient, name: str, model_id: str, endpoint: str
+        self,
+        client: httpx.AsyncClient,
+        name: str,
+        model_id: str,
+        endpoint: str,
+        api_key: str | None = None,
     ) -> Readiness:
         """Probe one external route: the model list always, the inference when due."""
         base = endpoint.rstrip("/")
-        listed = await check_model_listed(client, base, model_id)
+        listed = await check_model_listed(client, base, model_id, api_key)
         key = (name, model_id, endpoint)
         if not listed.ready:
             self._answered.pop(key, None)
@@ -163,7 +188,7 @@ class ExternalReadiness:
         now = self._clock()
         if last is not None and 0 <= now - last < INFERENCE_RECHECK_SECONDS:
             return listed
-        answered = await check_one_token(client, base, model_id, self.serves(name))
+        answered = await check_one_token(client, base, model_id, self.serves(name), api_key)
         if answered.ready:
             self._answered[key] = now
         else:
@@ -171,7 +196,19 @@ class ExternalReadiness:
         return answered
 
     async def check_all(
-        self, client: httpx.AsyncClient, targets: list[tuple[str, str, str]]
+        self,
+        client: httpx.AsyncClient,
+        targets: list[tuple[str, str, str]],
+        keys: Callable[[str, str], str | None] | None = None,
     ) -> list[Readiness]:
-        """Probe every (name, model, endpoint) at once: a slow engine delays no other."""
-        return list(await asyncio.gather(*(self.check(client, *t) for t in targets)))
+        """Probe every (name, model, endpoint) at once: a slow engine delays no other.
+        ``keys(name, model)`` is the engine's own key, if it has one."""
+        return list(
+            await asyncio.gather(
+                *(self.check(client, *t, (keys or _no_key)(t[0], t[1])) for t in targets)
+            )
+        )
+
+
+def _no_key(_name: str, _model: str) -> str | None:
+    return None

@@ -222,9 +222,11 @@ class Registry:
         *,
         max_concurrency: int = 1,
         capacity_mb: int = 0,
+        api_key: str | None = None,
     ) -> HostRecord:
         """Inventory for an engine gridctl does not manage (``gridctl join``): routable once
-        probed, counted as capacity evidence, never actuated."""
+        probed, counted as capacity evidence, never actuated. ``api_key`` is the engine's
+        own key: the probes and the router send it, status never shows it."""
         payload = {
             "role": "external",
             "host_id": name,
@@ -250,6 +252,7 @@ class Registry:
                         "max_concurrency": max_concurrency,
                     }
                 ],
+                **({"engine_api_key": api_key} if api_key is not None else {}),
             },
         }
         return self.register(name, payload, now)

@@ -278,11 +278,17 @@ class ControllerService:
                     str(body["kind"]),
                     self.options.clock(),
                     max_concurrency=int(body.get("max_concurrency", 1)),
+                    api_key=str(body["api_key"]) if body.get("api_key") else None,
                 )
             except (KeyError, TypeError, ValueError, GridctlError) as exc:
                 log.warning("external engine %s not restored: %s", name, exc)
                 continue
             self.externals.remember(name, str(body.get("serves", DEFAULT_SERVES)))
+
+    def _external_key(self, name: str, model_id: str) -> str | None:
+        record = self.registry.host(name)
+        route = record.routes.get(model_id) if record is not None else None
+        return route.api_key if route is not None else None
 
     def _save_external(self, name: str, body: dict[str, Any]) -> None:
         self.externals.remember(name, str(body.get("serves", DEFAULT_SERVES)))
@@ -442,7 +448,7 @@ class ControllerService:
     async def _probe_external(
         self, client: httpx.AsyncClient, targets: list[tuple[str, str, str]]
     ) -> None:
-        verdicts = await self.externals.check_all(client, targets)
+        verdicts = await self.externals.check_all(client, targets, self._external_key)
         for (host_id, model_id, endpoint), verdict in zip(targets, verdicts, strict=True):
             if verdict.ready:
                 self._corroborate(host_id, model_id, endpoint)

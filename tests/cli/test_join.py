@@ -96,6 +96,7 @@ def test_join_then_remove_an_external_engine(
             "model_id": "m",
             "kind": "vllm",
             "serves": "completions",
+            "api_key": "none",
         }
         deadline = time.monotonic() + READY_WAIT_SECONDS
         while not routable(url, "vendor"):  # the controller's own probe loop
@@ -114,3 +115,42 @@ def test_join_then_remove_an_external_engine(
         assert "vendor" not in [h["host_id"] for h in status["hosts"]]
     finally:
         engine.stop()
+
+
+def test_join_with_the_engines_api_key_from_a_file(
+    controller: tuple[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, token = controller
+    where = ["--controller", url, "--token-file", str(token)]
+    key = "sk-gateway-5b1f0c2a"
+    key_file = tmp_path / "engine.key"
+    key_file.write_text(key + "\n")
+    empty = tmp_path / "empty.key"
+    empty.write_text("\n")
+    join = [*("join", "-m", "m", "--kind", "vllm", "--name", "keyed", *where)]
+    engine = OpenAIEngine(models=["m"], api_key=key).start()
+    try:
+        for bad, says in ((tmp_path / "missing.key", "missing.key"), (empty, "is empty")):
+            assert main([*join, "--at", engine.endpoint, "--api-key-file", str(bad)]) == 2
+            assert says in one_error_line(capsys.readouterr().err)
+        assert httpx.get(url + "/allocator/status", timeout=5).json()["hosts"] == []
+        assert (
+            main([*join, "--at", engine.endpoint, "--api-key-file", str(key_file), "--json"]) == 0
+        )
+        assert json.loads(capsys.readouterr().out)["api_key"] == "set"
+        deadline = time.monotonic() + READY_WAIT_SECONDS
+        while not routable(url, "keyed"):  # the probes send the key
+            assert time.monotonic() < deadline, "the keyed route never became routable"
+            time.sleep(0.1)
+        answer = httpx.post(
+            url + "/v1/chat/completions",
+            json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+            timeout=30,
+        )
+        assert answer.status_code == 200 and engine.served == 1
+        assert key not in httpx.get(url + "/allocator/status", timeout=5).text
+        assert main(["join", "--remove", "keyed", "--force", *where]) == 0
+    finally:
+        engine.stop()
+    logs = "".join(p.read_text(errors="replace") for p in token.parent.parent.glob("*.log"))
+    assert logs and key not in logs

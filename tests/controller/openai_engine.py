@@ -39,6 +39,7 @@ class OpenAIEngine:
     served: int = 0  # other requests answered 2xx
     active: int = 0
     held: bool = False
+    api_key: str | None = None  # when set, every /v1 request needs ``Bearer <api_key>`` (401)
     _server: uvicorn.Server | None = None
     _thread: threading.Thread | None = None
 
@@ -52,13 +53,22 @@ class OpenAIEngine:
     def release(self) -> None:
         self.held = False
 
-    async def _models(self, _request: Request) -> Response:
+    def _refused(self, request: Request) -> Response | None:
+        if self.api_key is None or request.headers.get("authorization") == f"Bearer {self.api_key}":
+            return None
+        return JSONResponse({"error": {"message": "invalid api key"}}, 401)
+
+    async def _models(self, request: Request) -> Response:
+        if (refused := self._refused(request)) is not None:
+            return refused
         return JSONResponse({"object": "list", "data": [{"id": m} for m in self.models]})
 
     async def _health(self, _request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
     async def _answer(self, request: Request) -> Response:
+        if (refused := self._refused(request)) is not None:
+            return refused
         body: dict[str, Any] = json.loads(await request.body())
         if body.get("model") not in self.models:
             return JSONResponse({"error": {"message": "model not found"}}, 404)

@@ -222,3 +222,62 @@ async def test_a_managed_host_is_not_removed_as_an_external_engine(rig: Rig) -> 
     refused = await rig.remove("host-a")
     assert refused.status_code == 409 and "managed host" in refused.text
     assert rig.service.registry.host("host-a") is not None
+
+
+KEY = "sk-engine-0123456789"
+
+
+async def test_an_engine_that_wants_a_key_is_routable_only_with_it(
+    rig: Rig, engine: OpenAIEngine
+) -> None:
+    engine.models.append(MODEL)
+    engine.api_key = KEY
+    keyless = await rig.join("vendor", engine)
+    assert keyless.status_code == 200 and keyless.json()["api_key"] == "none"
+    await rig.probe()
+    assert not rig.routable_on("vendor")
+    reason = (await rig.residency("vendor"))["not_routable_reason"]
+    assert reason.startswith("GET /v1/models answered 401: the engine wants an API key")
+
+    joined = await rig.join("vendor", engine, api_key=KEY)
+    assert joined.status_code == 200 and joined.json()["api_key"] == "set"
+    assert KEY not in joined.text
+    await rig.probe()
+    assert rig.routable_on("vendor") and engine.probes == 1
+    chat = await rig.client.post(
+        "/v1/chat/completions",
+        json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}]},
+    )
+    assert chat.status_code == 200 and engine.served == 1  # the router sent the key too
+
+    again = await rig.join("vendor", engine, max_concurrency=2)  # no key named: kept
+    assert again.status_code == 200 and again.json()["api_key"] == "kept"
+    rig.clock.now += INFERENCE_RECHECK_SECONDS
+    await rig.probe()
+    assert rig.routable_on("vendor") and engine.probes == 2
+    status = (await rig.client.get("/allocator/status")).text
+    assert KEY not in status
+
+    rig.service.store.close()
+    restarted = ControllerService(rig.service.options)  # the key survives a restart
+    restarted.build_app()
+    try:
+        await restarted.probe_once(restarted.upstream)
+        assert [r.host_id for r in restarted.registry.routable(MODEL, rig.clock())] == ["vendor"]
+    finally:
+        await restarted.upstream.aclose()
+        restarted.store.close()
+
+
+@pytest.mark.parametrize("bad", ["has space", "", "x" * 513, 42, "tab\there", "é"])
+async def test_a_malformed_key_is_refused_and_changes_nothing(
+    rig: Rig, engine: OpenAIEngine, bad: object
+) -> None:
+    refused = await rig.join("vendor", engine, api_key=bad)
+    assert refused.status_code == 400 and refused.json()["error"]["pointer"] == "/api_key"
+    assert rig.service.registry.host("vendor") is None
+    offline = Membership(rig.state)
+    try:
+        assert "vendor" not in offline.externals()
+    finally:
+        offline.close()
