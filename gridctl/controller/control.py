@@ -214,6 +214,35 @@ class Controller:
         )
         return self.note_input(semantic=semantic, safety=changed)
 
+    def renew_lease(self, host_id: str, payload: Any) -> tuple[int, bool]:
+        """Apply a lease renewal; returns its causal revision and whether the controller
+        holds the inventory it names (False: the answer asks for the full inventory).
+
+        Only liveness, load and receipts are news here: the host's facts are the ones
+        its last full inventory gave, so nothing is validated or rebuilt for them."""
+        now = self.clock()
+        before = self.registry.host(host_id)
+        record = self.registry.renew(host_id, payload, now)
+        acks = payload.get("acknowledgements", []) or []
+        for ack in acks:
+            self._apply_ack(ack, host_id)
+        with self._acked_lock:
+            after_ack = host_id in self._acked
+            (self._acked.add if acks else self._acked.discard)(host_id)
+        if record is None:
+            return self.note_input(semantic=bool(acks) or after_ack, safety=False), False
+        planned_at = self._planned_at
+        stale = (
+            before is None
+            or now - before.last_heartbeat > self.policy().heartbeat_stale_seconds / 2
+            or planned_at is None
+            or abs(now - planned_at) > self.cover_seconds
+        )
+        semantic = (
+            bool(acks) or after_ack or stale or self.registry.plans_differently(before, record, now)
+        )
+        return self.note_input(semantic=semantic, safety=False), True
+
     def _log_context(self) -> dict[str, object]:
         """The plan generation and authority term a log line about an action carries."""
         return {"plan_generation": self.view.generation, "term": self.steering.authority.term}
