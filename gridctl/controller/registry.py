@@ -323,12 +323,13 @@ class Registry:
             if prior.inventory_digest != payload["inventory_digest"]:
                 return None
             load = payload.get("load") or {}
-            record = replace(
-                prior,
-                last_heartbeat=now,
-                queue_depth=int(load.get("queue_depth", prior.queue_depth)),
-                active_tasks=int(load.get("active_tasks", prior.active_tasks)),
-            )
+            # a shallow copy (``dataclasses.replace`` re-runs ``__init__``: the larger
+            # part of a lease's cost); records are replaced, never changed, on intake
+            record = object.__new__(HostRecord)
+            record.__dict__.update(prior.__dict__)
+            record.last_heartbeat = now
+            record.queue_depth = int(load.get("queue_depth", prior.queue_depth))
+            record.active_tasks = int(load.get("active_tasks", prior.active_tasks))
             self._hosts[host_id] = record  # the same routes: the route index stands
             return record
 
