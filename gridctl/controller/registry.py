@@ -214,6 +214,9 @@ class Registry:
         # a node speaks only for itself, and only forward (``hostclaims``)
         self.foreign_claims = ForeignClaims()
         self.sequences = ReportSequences()
+        # heartbeats taken, by kind: "full" (carrying resources or the envelope), "lease"
+        # (a renewal of a held inventory), "inventory_asked" (a lease naming one not held)
+        self.heartbeat_kinds: dict[str, int] = {"full": 0, "lease": 0, "inventory_asked": 0}
         # how many routes appeared (a new endpoint, never probed): the probe loop probes
         # soon after this moves instead of at its next period
         self.routes_added = 0
@@ -304,6 +307,7 @@ class Registry:
                 "inventory_digest": payload.get("inventory_digest"),
             }
             record = self._build(host_id, merged, now, prior, registering=False)
+            self.heartbeat_kinds["full"] += 1
             load = payload.get("load") or {}
             record.queue_depth = int(load.get("queue_depth", 0))
             record.active_tasks = int(load.get("active_tasks", 0))
@@ -321,7 +325,9 @@ class Registry:
                 raise WireError("host is not registered; PUT /nodes/{host_id} first", "/node_id")
             self.sequences.admit(host_id, payload)  # a lease carries no rows to claim
             if prior.inventory_digest != payload["inventory_digest"]:
+                self.heartbeat_kinds["inventory_asked"] += 1
                 return None
+            self.heartbeat_kinds["lease"] += 1
             load = payload.get("load") or {}
             # a shallow copy (``dataclasses.replace`` re-runs ``__init__``: the larger
             # part of a lease's cost); records are replaced, never changed, on intake

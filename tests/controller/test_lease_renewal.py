@@ -119,6 +119,9 @@ async def test_an_unknown_digest_asks_for_the_full_inventory_and_then_leases_hol
         assert answer.status_code == 200 and "send_full_inventory" not in answer.json()
         renewed = service.registry.host("local-1")
         assert renewed is not None and renewed.last_heartbeat == clock()
+        assert service.registry.heartbeat_kinds == {"full": 1, "lease": 1, "inventory_asked": 1}
+        metrics = (await client.get("/metrics")).text
+        assert 'gridctl_heartbeats_total{kind="inventory_asked"} 1.0' in metrics
 
 
 async def test_an_old_nodes_full_heartbeat_still_works_and_labels_nothing(quiet: Any) -> None:
