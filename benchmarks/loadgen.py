@@ -201,6 +201,7 @@ class HostClient:
                         tally.error(kind, f"HTTP {status}")
                     return refused(status)
                 host.registered = True
+                host.answered({})
             for kind in KINDS:
                 control = kind == "control"
                 sent = list(host.receipts)
@@ -222,6 +223,7 @@ class HostClient:
                     tally.latencies[kind].append(took)
                 host.acknowledged(sent)
                 payload = json.loads(answer)
+                host.answered(payload)
                 if control:
                     for command in payload["allocator"]["commands"]:
                         acted = host.execute(command) or acted

@@ -7,6 +7,11 @@ change per beat (each reported age, which grows with the clock, and the receipts
 yet acknowledged) left as slots filled in per beat: the body sent is byte for byte
 what ``reports.heartbeat`` gives at that moment, for a fraction of the CPU, so the
 load generators leave the controller its share of the machine.
+
+Like the node agent (``gridctl.node.inventory``), a host sends its full inventory
+when it changed since the last one the controller took, every
+``FULL_REFRESH_SECONDS``, and when the controller asks for it; every other heartbeat
+is a lease renewal (``reports.lease``) naming that inventory's digest.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Any
 
 from gridctl.domain.states import HostState, ResidencyState
 from gridctl.node import reports
+from gridctl.node.inventory import FULL_REFRESH_SECONDS, inventory_digest
 from gridctl.node.records import CachedArtifact, Receipt, ResidencyRecord
 
 MEMORY_MB = 640
@@ -87,8 +93,14 @@ class SimHost:
     receipts: list[Receipt] = field(default_factory=list)  # not yet acknowledged
     executed: set[str] = field(default_factory=set)
     registered: bool = False
+    refresh_seconds: float = FULL_REFRESH_SECONDS
     _bodies: dict[bool, AgedBody] = field(default_factory=dict)  # per request_commands
+    _leases: dict[bool, tuple[str, str]] = field(default_factory=dict)  # around the acks
     _acks: str = "[]"
+    _digest: str | None = None  # of the inventory as it is now (per state)
+    _taken: str | None = None  # the digest of the full inventory the controller holds
+    _taken_at: float = 0.0
+    sent_full: bool = False  # whether the last heartbeat built carried the inventory
 
     @property
     def facts(self) -> reports.HostFacts:
@@ -129,13 +141,30 @@ class SimHost:
         )
 
     def registration(self) -> bytes:
+        envelope = self.envelope(self.clock())
         body = reports.registration(
             self.facts,
             self.SAMPLE,
-            self.envelope(self.clock()),
+            envelope,
             reports.ready_models(self.records()),
+            inventory_digest=self.digest(),
         )
+        self.sent_full = True
         return json.dumps(body).encode()
+
+    def digest(self) -> str:
+        """The label of the inventory as it is now (computed once per state change)."""
+        if self._digest is None:
+            resources = reports.resources(self.facts, self.SAMPLE)
+            self._digest = inventory_digest(resources, self.envelope(self.clock()))
+        return self._digest
+
+    def answered(self, answer: dict[str, Any]) -> None:
+        """The controller took the last body sent (2xx) and answered ``answer``."""
+        if self.sent_full:
+            self._taken, self._taken_at = self.digest(), self.clock()
+        if answer.get("send_full_inventory") is True:
+            self._taken = None
 
     def reference_heartbeat(self, now: float, *, request_commands: bool) -> dict[str, object]:
         """The heartbeat exactly as the node agent builds it at ``now``."""
@@ -147,14 +176,37 @@ class SimHost:
             request_commands=request_commands,
             active_tasks=0,
             queue_depth=0,
+            inventory_digest=self.digest(),
         )
 
     def heartbeat(self, *, request_commands: bool) -> bytes:
-        """The body of ``reference_heartbeat(now)``, serialised once per state change."""
+        """A lease renewal, or when the inventory is due the body of
+        ``reference_heartbeat(now)``, each serialised once per state change."""
+        now = self.clock()
+        digest = self.digest()
+        self.sent_full = self._taken != digest or now - self._taken_at >= self.refresh_seconds
+        if not self.sent_full:
+            lease = self._leases.get(request_commands)
+            if lease is None:
+                lease = self._leases[request_commands] = self._build_lease(request_commands)
+            return (lease[0] + self._acks + lease[1]).encode()
         body = self._bodies.get(request_commands)
         if body is None:
             body = self._bodies[request_commands] = self._build(request_commands)
-        return body.render(self.clock(), self._acks)
+        return body.render(now, self._acks)
+
+    def _build_lease(self, request_commands: bool) -> tuple[str, str]:
+        built = reports.lease(
+            self.host_id,
+            self.digest(),
+            receipts=(),
+            request_commands=request_commands,
+            active_tasks=0,
+            queue_depth=0,
+        )
+        built["acknowledgements"] = _SLOT.format(0)
+        before, _index, after = _SLOTS.split(json.dumps(built))
+        return before, after
 
     def _build(self, request_commands: bool) -> AgedBody:
         built = reports.heartbeat(
@@ -165,6 +217,7 @@ class SimHost:
             request_commands=request_commands,
             active_tasks=0,
             queue_depth=0,
+            inventory_digest=self.digest(),
         )
         sinces: dict[tuple[str, int, str], float] = {}
         for index, record in enumerate(self.records()):
@@ -242,4 +295,6 @@ class SimHost:
         )
         self._acks = json.dumps([r.acknowledgement() for r in self.receipts])
         self._bodies.clear()
+        self._leases.clear()
+        self._digest = None  # the inventory changed: the next heartbeat carries it
         return True

@@ -189,6 +189,16 @@ class _StateCollector(Collector):
         for (sender, owner, kind), n in sorted(claims.items()):
             refused.add_metric([sender, owner, kind], n)
         yield refused
+        beats = CounterMetricFamily(
+            "gridctl_heartbeats",
+            "node heartbeats taken, by kind: full (the inventory), lease (a renewal naming "
+            "the inventory held), inventory_asked (a renewal naming one not held: the "
+            "answer asks for the full inventory)",
+            labels=["kind"],
+        )
+        for kind, n in sorted(ctl.registry.heartbeat_kinds.items()):
+            beats.add_metric([kind], n)
+        yield beats
 
 
 class ControllerMetrics:

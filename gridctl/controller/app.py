@@ -38,6 +38,7 @@ from gridctl.controller.documents import (
 from gridctl.controller.endpoints import check_engine_endpoints
 from gridctl.controller.evaluations import record_evaluation
 from gridctl.controller.externalapi import Refusal, register_external, retire_external
+from gridctl.controller.registry import is_lease
 from gridctl.controller.statusdoc import build_status, status_revision
 from gridctl.domain import Mode, Plan
 from gridctl.errors import PermanentError, WireError
@@ -166,19 +167,24 @@ class ControllerApp:
         if isinstance(payload, dict) and payload.get("node_id") not in (None, host_id):
             raise WireError("node_id does not match the URL", "/node_id")
         check_engine_endpoints(payload, claims)
+        intake = self.ctl.renew_lease if is_lease(payload) else self._full_heartbeat
         if isinstance(payload, dict) and payload.get("acknowledgements"):
             # receipts are durable store writes: off the event loop
-            revision = await asyncio.to_thread(self.ctl.heartbeat, host_id, payload)
+            revision, current = await asyncio.to_thread(intake, host_id, payload)
         else:
-            revision = self.ctl.heartbeat(host_id, payload)
+            revision, current = intake(host_id, payload)
         commands: list[dict[str, Any]] = []
         if payload.get("request_commands", True):
             ticked = await self.ticked(revision, COMMAND_WAIT_SECONDS)
             if ticked and self.ctl.may_have_commands(host_id):  # else nothing to read
                 commands = await asyncio.to_thread(self.ctl.commands_for, host_id, ticked=ticked)
-        return JSONResponse(
-            self._node_answer(self.ctl.delivery.heartbeat_response(host_id, commands))
-        )
+        answer = self.ctl.delivery.heartbeat_response(host_id, commands)
+        if not current:
+            answer["send_full_inventory"] = True
+        return JSONResponse(self._node_answer(answer))
+
+    def _full_heartbeat(self, host_id: str, payload: Any) -> tuple[int, bool]:
+        return self.ctl.heartbeat(host_id, payload), True
 
     async def ticked(self, revision: int, timeout: float) -> bool:
         """``Controller.wait_for_tick`` for the serving loop: a future per waiting poll,

@@ -31,7 +31,7 @@ from gridctl.controller.demandbook import DemandBook
 from gridctl.controller.desired import DesiredProvider
 from gridctl.controller.eventlog import EventLog
 from gridctl.controller.learning import LearningStore
-from gridctl.controller.registry import Registry
+from gridctl.controller.registry import HostRecord, Registry
 from gridctl.controller.revisions import Revisions
 from gridctl.controller.steering import Steering
 from gridctl.controller.store import ControllerStore
@@ -191,28 +191,55 @@ class Controller:
         changed = before is None or (
             before.state != record.state or before.residencies != record.residencies
         )
+        receipts = self._take_receipts(host_id, payload)
+        semantic = (
+            changed
+            or receipts
+            or self._stale(before, now)
+            or self.registry.plans_differently(before, record, now)
+        )
+        return self.note_input(semantic=semantic, safety=changed)
+
+    def renew_lease(self, host_id: str, payload: Any) -> tuple[int, bool]:
+        """Apply a lease renewal; returns its causal revision and whether the controller
+        holds the inventory it names (False: the answer asks for the full inventory).
+
+        Only liveness, load and receipts are news here: the host's facts are the ones
+        its last full inventory gave, so nothing is validated or rebuilt for them."""
+        now = self.clock()
+        before = self.registry.host(host_id)
+        record = self.registry.renew(host_id, payload, now)
+        receipts = self._take_receipts(host_id, payload)
+        if record is None:
+            return self.note_input(semantic=receipts), False
+        semantic = (
+            receipts
+            or self._stale(before, now)
+            or self.registry.plans_differently(before, record, now)
+        )
+        return self.note_input(semantic=semantic), True
+
+    def _take_receipts(self, host_id: str, payload: Any) -> bool:
+        """Apply a heartbeat's acknowledgements; whether it or the one before carried any
+        (the heartbeat after an acknowledgement is the observation that confirms it)."""
         acks = payload.get("acknowledgements", []) or []
         for ack in acks:
             self._apply_ack(ack, host_id)
+        with self._acked_lock:
+            after_ack = host_id in self._acked
+            (self._acked.add if acks else self._acked.discard)(host_id)
+        return bool(acks) or after_ack
+
+    def _stale(self, before: HostRecord | None, now: float) -> bool:
+        """Whether the last plan may not cover a heartbeat at ``now`` that repeats
+        ``before``: a host unheard of for a while, no plan yet, or an old one."""
         planned_at = self._planned_at
-        stale = (
+        return (
             before is None
             or now - before.last_heartbeat > self.policy().heartbeat_stale_seconds / 2
             or planned_at is None
             or abs(now - planned_at) > self.cover_seconds  # a clock step too
         )
-        with self._acked_lock:
-            # the heartbeat after an acknowledgement is the observation that confirms it
-            after_ack = host_id in self._acked
-            (self._acked.add if acks else self._acked.discard)(host_id)
-        semantic = (
-            changed
-            or bool(acks)
-            or after_ack
-            or stale
-            or self.registry.plans_differently(before, record, now)
-        )
-        return self.note_input(semantic=semantic, safety=changed)
 
     def _log_context(self) -> dict[str, object]:
         """The plan generation and authority term a log line about an action carries."""

@@ -7,6 +7,12 @@ makes that host unhealthy (fail closed). Node clocks are never trusted for
 ages: loaded/last-used ages become timestamps at receipt time. Router-owned
 active-request counters live here too and survive heartbeats.
 
+A heartbeat naming an ``inventory_digest`` without ``resources`` or ``allocator`` is a
+lease renewal (``renew``): it says the host is alive and its inventory is the one it
+last sent in full under that digest. When the record holds that digest only the
+liveness and load move (no envelope validation, no record rebuild); otherwise the
+controller asks for the full inventory and changes nothing of the host.
+
 A residency the node reports READY is only inventory. It counts as WARMING in
 the planning snapshot until the controller's own probe of the child engine
 corroborates it (``corroborate``); only corroborated routes are routable.
@@ -91,6 +97,25 @@ class HostRecord:
     artifact_bytes_fetched: int = 0  # the node's network bytes received (a counter)
     network: dict[str, Any] = field(default_factory=dict)  # advertised address and family
     raw_resources: Any = None  # the resources as last reported, before defaults
+    inventory_digest: str | None = None  # the node's label of the last full inventory
+
+
+def is_lease(payload: Any) -> bool:
+    """A lease renewal: names the inventory it repeats and carries none of it."""
+    return (
+        isinstance(payload, dict)
+        and "inventory_digest" in payload
+        and "allocator" not in payload
+        and "resources" not in payload
+    )
+
+
+def _digest_of(payload: dict[str, Any], prior: HostRecord | None) -> str | None:
+    """A full report's own label; a report without an envelope keeps the prior one."""
+    if payload.get("allocator") is None:
+        return prior.inventory_digest if prior is not None else None
+    digest = payload.get("inventory_digest")
+    return digest if isinstance(digest, str) else None
 
 
 def _artifact_rows(envelope: Any) -> tuple[dict[str, Any], ...]:
@@ -189,6 +214,9 @@ class Registry:
         # a node speaks only for itself, and only forward (``hostclaims``)
         self.foreign_claims = ForeignClaims()
         self.sequences = ReportSequences()
+        # heartbeats taken, by kind: "full" (carrying resources or the envelope), "lease"
+        # (a renewal of a held inventory), "inventory_asked" (a lease naming one not held)
+        self.heartbeat_kinds: dict[str, int] = {"full": 0, "lease": 0, "inventory_asked": 0}
         # how many routes appeared (a new endpoint, never probed): the probe loop probes
         # soon after this moves instead of at its next period
         self.routes_added = 0
@@ -279,12 +307,39 @@ class Registry:
                 "host_id": host_id,
                 "resources": payload.get("resources"),
                 "allocator": payload.get("allocator"),
+                "inventory_digest": payload.get("inventory_digest"),
             }
             record = self._build(host_id, merged, now, prior, registering=False)
+            self.heartbeat_kinds["full"] += 1
             load = payload.get("load") or {}
             record.queue_depth = int(load.get("queue_depth", 0))
             record.active_tasks = int(load.get("active_tasks", 0))
             self._store(host_id, record)
+            return record
+
+    def renew(self, host_id: str, payload: Any, now: float) -> HostRecord | None:
+        """Apply a lease renewal (``is_lease``): the host's record with its liveness and
+        load moved, or None when the record does not hold the digest the lease names
+        (the node must send its full inventory; nothing of the host changes)."""
+        validate_wire(HEARTBEAT_SCHEMA, payload)
+        with self._lock:
+            prior = self._hosts.get(host_id)
+            if prior is None:
+                raise WireError("host is not registered; PUT /nodes/{host_id} first", "/node_id")
+            self.sequences.admit(host_id, payload)  # a lease carries no rows to claim
+            if prior.inventory_digest != payload["inventory_digest"]:
+                self.heartbeat_kinds["inventory_asked"] += 1
+                return None
+            self.heartbeat_kinds["lease"] += 1
+            load = payload.get("load") or {}
+            # a shallow copy (``dataclasses.replace`` re-runs ``__init__``: the larger
+            # part of a lease's cost); records are replaced, never changed, on intake
+            record = object.__new__(HostRecord)
+            record.__dict__.update(prior.__dict__)
+            record.last_heartbeat = now
+            record.queue_depth = int(load.get("queue_depth", prior.queue_depth))
+            record.active_tasks = int(load.get("active_tasks", prior.active_tasks))
+            self._hosts[host_id] = record  # the same routes: the route index stands
             return record
 
     def _admit(self, host_id: str, payload: dict[str, Any]) -> None:
@@ -405,6 +460,7 @@ class Registry:
             raw_resources=raw_resources
             if raw_resources is not None
             else (prior.raw_resources if prior else None),
+            inventory_digest=_digest_of(payload, prior),
         )
 
     def _routes(

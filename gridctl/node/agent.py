@@ -5,10 +5,14 @@ Protocol (one cycle every ``heartbeat_seconds``, sooner after an action ends):
 1. ``PUT /nodes/{host_id}`` — registration, on start and whenever the
    controller no longer knows the host;
 2. ``POST /nodes/{host_id}/heartbeat`` with ``request_commands: false`` — the
-   lease heartbeat: fresh residencies, resources, host state and every
-   unacknowledged receipt; it returns at once;
+   lease heartbeat: load and every unacknowledged receipt; it returns at once;
 3. the same with ``request_commands: true`` — the control heartbeat, sent only
    while the executor is idle; its commands go through intake and the executor.
+
+Either heartbeat carries the full inventory (residencies, resources, host state,
+artifacts) only when it changed since the last one the controller took, every few
+minutes, or when the controller asked for it; otherwise it is a lease renewal naming
+that inventory's digest (``gridctl.node.inventory``).
 
 With several controllers (``controller_url`` as a comma-separated list) the
 control heartbeat goes where authority is and lease heartbeats go to all of
@@ -45,6 +49,7 @@ from gridctl.node.actuator import HostActuator
 from gridctl.node.controllers import ControllerSet
 from gridctl.node.executor import CommandExecutor
 from gridctl.node.intake import CommandIntake
+from gridctl.node.inventory import FULL_REFRESH_SECONDS, Inventory, InventoryTracker
 from gridctl.node.joining import NodeIdentity
 from gridctl.node.protecting import ProtectionLoop
 from gridctl.node.protection import multiplier
@@ -71,6 +76,14 @@ def require_safe_controller_url(url: str) -> None:
         raise PermanentError(str(exc)) from None
 
 
+def _asks_full(response: httpx.Response) -> bool:
+    try:
+        answer = response.json()
+    except ValueError:
+        return False
+    return isinstance(answer, dict) and answer.get("send_full_inventory") is True
+
+
 class NodeAgent:
     """Talks to the controller on behalf of one host."""
 
@@ -94,6 +107,7 @@ class NodeAgent:
         protection: ProtectionLoop | None = None,
         identity: NodeIdentity | None = None,
         verify: ssl.SSLContext | bool = True,
+        inventory_refresh_seconds: float = FULL_REFRESH_SECONDS,
     ) -> None:
         self.controllers = ControllerSet(controller_url, validate=require_safe_controller_url)
         self.identity = identity  # a joined node renews its credential and certificate
@@ -114,6 +128,8 @@ class NodeAgent:
         self.boot_id = secrets.token_hex(8)
         self._sequence = itertools.count(1)
         self.artifact_mirror: str | None = None  # base URL of this node's peer mirror
+        # what the authoritative controller holds of the inventory: leases name it
+        self.inventory = InventoryTracker(inventory_refresh_seconds)
         self.status: dict[str, Any] = {
             "instance_id": instance_id,
             "controller": self.base_url,
@@ -181,6 +197,9 @@ class NodeAgent:
                 row["queued_requests"] = waiting
         return self._sample(records), envelope, records
 
+    def _inventory(self, sample: ResourceSample, envelope: dict[str, object]) -> Inventory:
+        return Inventory.of(reports.resources(self.facts, sample), envelope, self.clock())
+
     # --- HTTP -------------------------------------------------------------------------
 
     def _send(
@@ -218,30 +237,54 @@ class NodeAgent:
             detail = response.text[:300]
         return f"HTTP {response.status_code}: {detail}"
 
-    def register(self) -> None:
+    def _registration(self) -> tuple[dict[str, object], Inventory]:
         sample, envelope, records = self._report_parts()
-        body = reports.registration(self.facts, sample, envelope, reports.ready_models(records))
+        inventory = self._inventory(sample, envelope)
+        models = reports.ready_models(records)
+        body = reports.registration(
+            self.facts, sample, envelope, models, inventory_digest=inventory.digest
+        )
+        return body, inventory
+
+    def register(self) -> None:
+        body, inventory = self._registration()
         response = self._send("PUT", f"/nodes/{self.facts.host_id}", body)
         if response.status_code in (401, 403):
             raise PermanentError(f"registration refused: {self._refused(response)}")
         if not response.is_success:
             raise TransientError(f"registration failed: {self._refused(response)}", 2.0)
+        self.inventory.taken(inventory, self.monotonic())
         self.registered = True
         self.status["registered"] = True
         self.status["registered_at"] = self.clock()
 
     def heartbeat(self, *, request_commands: bool) -> dict[str, Any]:
         sample, envelope, _records = self._report_parts()
+        inventory = self._inventory(sample, envelope)
         pending = self.store.receipts(unacked_only=True, limit=1024)
-        body = reports.heartbeat(
+        load = {
+            "active_tasks": 0 if self.executor.idle else 1,
+            "queue_depth": sum(self.actuator.queued.values()),  # llama-server's deferred
+        }
+        full = reports.heartbeat(
             self.facts,
             sample,
             envelope,
             receipts=pending,
             request_commands=request_commands,
-            active_tasks=0 if self.executor.idle else 1,
-            queue_depth=sum(self.actuator.queued.values()),  # llama-server's deferred requests
+            inventory_digest=inventory.digest,
+            **load,
         )
+        held, body = self.inventory.digest, full
+        if held is not None and not self.inventory.full_due(inventory, self.monotonic()):
+            body = reports.lease(
+                self.facts.host_id,
+                held,
+                receipts=pending,
+                request_commands=request_commands,
+                **load,
+            )
+        sends_full = body is full
         sent = self.monotonic()
         response = self._send("POST", f"/nodes/{self.facts.host_id}/heartbeat", body)
         duration = self.monotonic() - sent
@@ -270,11 +313,17 @@ class NodeAgent:
             )
         self.status["heartbeats"] += 1
         self.status["last_heartbeat_at"] = self.clock()
+        counter = "full_inventories" if sends_full else "lease_renewals"
+        self.status[counter] = int(self.status.get(counter, 0)) + 1
         try:
             answer = response.json()
         except ValueError:
             answer = {}
         answer = answer if isinstance(answer, dict) else {}
+        if sends_full:
+            self.inventory.taken(inventory, sent)
+        if answer.get("send_full_inventory") is True:
+            self.inventory.forget()  # the next heartbeat carries it
         allocator = answer.get("allocator")
         if isinstance(allocator, dict) and self.controllers.follow(allocator.get("leader_url")):
             self.registered = False  # authority is elsewhere: register there next
@@ -282,23 +331,24 @@ class NodeAgent:
             return answer
         self._absorb(answer, request_commands=request_commands, duration=duration)
         if not request_commands and self.controllers.several:
-            self._mirror({**body, "acknowledgements": []})
+            self._mirror({**body, "acknowledgements": []}, {**full, "acknowledgements": []})
         self._maybe_renew(answer)
         return answer
 
-    def _mirror(self, body: dict[str, object]) -> None:
-        """Feed the other controllers' registries (receipts stay with authority)."""
+    def _mirror(self, body: dict[str, object], full: dict[str, object]) -> None:
+        """Feed the other controllers' registries (receipts stay with authority): the
+        heartbeat authority took, or the full one to a controller that asks for it."""
         for url in self.controllers.others():
             try:
                 if url not in self.controllers.mirrored:
-                    sample, envelope, records = self._report_parts()
-                    reg = reports.registration(
-                        self.facts, sample, envelope, reports.ready_models(records)
-                    )
+                    reg, _inventory = self._registration()
                     if self._send("PUT", f"/nodes/{self.facts.host_id}", reg, to=url).is_success:
                         self.controllers.mirrored.add(url)
                 path = f"/nodes/{self.facts.host_id}/heartbeat"
-                if not self._send("POST", path, body, to=url).is_success:
+                response = self._send("POST", path, body, to=url)
+                if response.is_success and body is not full and _asks_full(response):
+                    response = self._send("POST", path, full, to=url)
+                if not response.is_success:
                     self.controllers.mirrored.discard(url)
             except TransientError as exc:
                 self.controllers.mirrored.discard(url)

@@ -1,7 +1,9 @@
 """What the node tells the controller: registration and heartbeat bodies, built purely.
 
 Inputs are the durable records plus one resource sample; the output follows
-``schemas/wire/registration.schema.json`` and ``heartbeat.schema.json``. Ages,
+``schemas/wire/registration.schema.json`` and ``heartbeat.schema.json``. A heartbeat
+is full (the whole inventory) or a lease renewal naming the last full one's digest;
+``gridctl.node.inventory`` decides which. Ages,
 not timestamps, are reported (the controller turns them into its own clock at
 receipt, so node clock skew cannot bypass residency or cooldown rules).
 
@@ -210,7 +212,12 @@ def ready_models(records: Sequence[ResidencyRecord]) -> list[str]:
 
 
 def registration(
-    facts: HostFacts, sample: ResourceSample, envelope: dict[str, object], models: list[str]
+    facts: HostFacts,
+    sample: ResourceSample,
+    envelope: dict[str, object],
+    models: list[str],
+    *,
+    inventory_digest: str | None = None,
 ) -> dict[str, object]:
     body: dict[str, object] = {
         "role": "allocator",
@@ -219,6 +226,8 @@ def registration(
         "resources": resources(facts, sample),
         "allocator": envelope,
     }
+    if inventory_digest is not None:
+        body["inventory_digest"] = inventory_digest
     if facts.advertise:
         body["network"] = {
             "advertise": facts.advertise,
@@ -236,12 +245,37 @@ def heartbeat(
     request_commands: bool,
     active_tasks: int,
     queue_depth: int,
+    inventory_digest: str | None = None,
 ) -> dict[str, object]:
-    return {
+    """A full heartbeat: the whole inventory, labelled with ``inventory_digest``."""
+    body: dict[str, object] = {
         "node_id": facts.host_id,
         "load": {"active_tasks": active_tasks, "queue_depth": queue_depth},
         "resources": resources(facts, sample),
         "allocator": envelope,
+        "request_commands": request_commands,
+        "acknowledgements": [r.acknowledgement() for r in receipts],
+    }
+    if inventory_digest is not None:
+        body["inventory_digest"] = inventory_digest
+    return body
+
+
+def lease(
+    host_id: str,
+    inventory_digest: str,
+    *,
+    receipts: Sequence[Receipt],
+    request_commands: bool,
+    active_tasks: int,
+    queue_depth: int,
+) -> dict[str, object]:
+    """A lease renewal: alive, the inventory unchanged since the full one labelled
+    ``inventory_digest``; load and receipts go on every beat."""
+    return {
+        "node_id": host_id,
+        "inventory_digest": inventory_digest,
+        "load": {"active_tasks": active_tasks, "queue_depth": queue_depth},
         "request_commands": request_commands,
         "acknowledgements": [r.acknowledgement() for r in receipts],
     }

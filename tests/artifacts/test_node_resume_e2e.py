@@ -47,8 +47,8 @@ def start_node(
 
 
 def transfers(fake: ControllerHarness) -> list[dict[str, Any]]:
-    beats = list(fake.heartbeats)
-    return list(beats[-1]["allocator"].get("transfers", [])) if beats else []
+    inventory = fake.last_inventory()
+    return list(inventory["allocator"].get("transfers", [])) if inventory else []
 
 
 def test_sigkill_mid_transfer_then_restart_resumes(
@@ -89,8 +89,10 @@ def test_sigkill_mid_transfer_then_restart_resumes(
             assert ack["artifact_fetched"] is True
 
             def counted() -> int:
-                beats = list(fake.heartbeats)
-                return int(beats[-1]["allocator"]["artifact_bytes_fetched_total"]) if beats else 0
+                inventory = fake.last_inventory()
+                return (
+                    int(inventory["allocator"]["artifact_bytes_fetched_total"]) if inventory else 0
+                )
 
             received = wait_for(lambda: counted() or None, what="the bytes counter")
         finally:

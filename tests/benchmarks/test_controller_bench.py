@@ -25,6 +25,7 @@ import uvicorn
 
 from gridctl.config.schemas import validator
 from gridctl.controller.serving import ControllerService, ServiceOptions
+from gridctl.node import reports
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
@@ -88,6 +89,40 @@ def test_a_heartbeat_is_what_the_node_builds_at_that_moment_and_passes_the_schem
     body = host.heartbeat(request_commands=False)
     assert json.loads(body)["acknowledgements"] == []
     assert body == json.dumps(host.reference_heartbeat(clock.now, request_commands=False)).encode()
+
+
+def test_a_host_renews_its_lease_and_sends_its_inventory_as_the_node_agent_does() -> None:
+    clock = Clock(1_700_000_000.0)
+    host = simhosts.SimHost("sim-00001", "token", "http://127.0.0.1:9/e", 1, clock=clock)
+    host.execute({"action_id": "act-0", "kind": "load", "model_id": "a"})
+    registration = json.loads(host.registration())
+    host.answered({})  # the controller took the registration
+    digest = registration["inventory_digest"]
+    clock.now += 5.0
+    for control in (False, True):
+        body = host.heartbeat(request_commands=control)
+        assert not host.sent_full
+        reference = reports.lease(
+            host.host_id,
+            digest,
+            receipts=host.receipts,
+            request_commands=control,
+            active_tasks=0,
+            queue_depth=0,
+        )
+        assert body == json.dumps(reference).encode()
+        assert schema_errors("wire/heartbeat.schema.json", body) == []
+        host.answered({})
+    host.execute({"action_id": "act-1", "kind": "warm", "model_id": "a"})  # a change
+    full = json.loads(host.heartbeat(request_commands=False))
+    assert host.sent_full and full["inventory_digest"] != digest and "allocator" in full
+    host.answered({})
+    assert "allocator" not in json.loads(host.heartbeat(request_commands=False))
+    host.answered({"send_full_inventory": True})  # a controller that lost it asks
+    assert "allocator" in json.loads(host.heartbeat(request_commands=False))
+    host.answered({})
+    clock.now += host.refresh_seconds  # the periodic full inventory
+    assert "allocator" in json.loads(host.heartbeat(request_commands=False))
 
 
 def free_port() -> int:

@@ -101,6 +101,8 @@ class ControllerHarness:
         )
         self.registrations: list[dict[str, Any]] = []
         self.heartbeats: list[dict[str, Any]] = []
+        # every accepted report carrying the full inventory (registrations included)
+        self.inventories: list[dict[str, Any]] = []
         self.acks: list[dict[str, Any]] = []
         self.delivered: list[dict[str, Any]] = []
         self.refused: list[int] = []
@@ -181,10 +183,16 @@ class ControllerHarness:
 
     # -- what the node sent ----------------------------------------------------------
 
+    def last_inventory(self) -> dict[str, Any] | None:
+        """The latest accepted report with the full inventory (a lease renewal repeats
+        it by digest), or None before the first heartbeat."""
+        with self.lock:
+            return self.inventories[-1] if self.heartbeats and self.inventories else None
+
     def last_state(self) -> str | None:
         """The host state of the latest accepted heartbeat, or None before the first."""
-        with self.lock:
-            return self.heartbeats[-1]["allocator"]["state"] if self.heartbeats else None
+        inventory = self.last_inventory()
+        return inventory["allocator"]["state"] if inventory else None
 
     def ack_for(self, action_id: str, status: str | None = None) -> dict[str, Any] | None:
         with self.lock:
@@ -201,10 +209,10 @@ class ControllerHarness:
         return None
 
     def last_residency(self, model_id: str) -> dict[str, Any] | None:
-        with self.lock:
-            if not self.heartbeats:
-                return None
-            rows = self.heartbeats[-1]["allocator"]["residencies"]
+        inventory = self.last_inventory()
+        if inventory is None:
+            return None
+        rows = inventory["allocator"]["residencies"]
         return next((r for r in rows if r["model_id"] == model_id), None)
 
     # -- the layer in front of the real app ------------------------------------------
@@ -260,6 +268,8 @@ class ControllerHarness:
             return body
         sent = json.loads(request)
         with self.lock:
+            if "allocator" in sent:
+                self.inventories.append(sent)
             if not heartbeat:
                 self.registrations.append(sent)
                 return body

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -110,7 +110,7 @@ def test_command_is_executed_and_acknowledged_with_duration(running: Running) ->
     assert ack["artifact_fetched"] is True
     row = wait_until(lambda: fake.last_residency("m1"), 60, "residency row")
     assert row["state"] == "cached" and row["artifact_sha256"] == sha and row["memory_mb"] == 0
-    cached = fake.heartbeats[-1]["allocator"]["cached_models"]
+    cached = fake.last_inventory()["allocator"]["cached_models"]  # type: ignore[index]
     assert [c["model_id"] for c in cached] == ["m1"]
 
     fake.enqueue(
@@ -237,3 +237,38 @@ def test_every_report_carries_this_runs_boot_id_and_a_growing_sequence(running: 
     assert first is not None
     assert first[0] == running.parts.agent.boot_id and first[1] >= 3
     wait_until(lambda: (sequences.watermark(HOST) or first)[1] > first[1], 60, "a later report")
+
+
+def test_steady_heartbeats_are_lease_renewals_naming_the_last_full_inventory(
+    running: Running,
+) -> None:
+    fake = running.fake
+    wait_until(lambda: sum("allocator" not in hb for hb in fake.heartbeats) >= 3, 60, "leases")
+    with fake.lock:
+        reports = [*fake.registrations[:1], *fake.heartbeats]
+    assert "inventory_digest" in reports[0] and "allocator" in reports[0]  # registration
+    held = None
+    for report in reports:
+        if "allocator" in report:
+            held = report["inventory_digest"]
+        else:  # a lease: no inventory, the digest of the last full one, load and receipts
+            assert set(report) >= {"node_id", "inventory_digest", "load", "acknowledgements"}
+            assert "resources" not in report and report["inventory_digest"] == held
+    status = running.parts.agent.status
+    assert status["lease_renewals"] >= 3 and status["heartbeats"] >= status["lease_renewals"]
+
+
+def test_a_controller_that_lost_the_inventory_gets_it_in_full(running: Running) -> None:
+    fake = running.fake
+    assert fake.service is not None
+    registry = fake.service.registry
+    wait_until(lambda: any("allocator" not in hb for hb in fake.heartbeats), 60, "a lease")
+    with registry._lock:  # the controller's state is lost (as after a failover)
+        record = registry._hosts[HOST]
+        registry._hosts[HOST] = replace(record, inventory_digest="lost")
+    fulls = len(fake.inventories)
+    wait_until(lambda: len(fake.inventories) > fulls, 60, "the full inventory")
+    taken = wait_until(lambda: (registry.host(HOST) or record).inventory_digest != "lost", 60)
+    assert taken
+    agent = running.parts.agent
+    wait_until(lambda: registry.host(HOST).inventory_digest == agent.inventory.digest, 60)  # type: ignore[union-attr]

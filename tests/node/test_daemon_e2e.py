@@ -153,7 +153,7 @@ def test_daemon_lifecycle_with_restart_adoption(node_setup: Any) -> None:
     )
     assert row["state"] == "ready" and row["artifact_sha256"] == GEMMA_SHA256
     assert row["runtime"] == "llama.cpp" and row["managed"] is True and row["memory_mb"] == 640
-    key = fake.heartbeats[-1]["allocator"]["engine_api_key"]
+    key = fake.last_inventory()["allocator"]["engine_api_key"]
     endpoint = row["endpoint"]
 
     answer = httpx.post(
@@ -227,6 +227,6 @@ def test_daemon_lifecycle_with_restart_adoption(node_setup: Any) -> None:
     final = status(state_dir)
     assert final["daemon"]["running"] is False
     assert final["residencies"][0]["state"] == "cached"
-    assert fake.heartbeats[-1]["allocator"]["state"] == "draining"
+    assert fake.last_state() == "draining"
     log_text = (state_dir / "logs" / "daemon.log").read_text()
     assert key not in log_text
