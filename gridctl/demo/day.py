@@ -408,14 +408,14 @@ def _run_phases(
         Stream("surge", "general", BASELINE, SURGE_USERS, 0.0), at(bounds["quiet"])
     )
     until(lambda: routed(BASELINE) >= MACHINES, at(DRAIN_BY))
-    _node_override(fleet_root, LAPTOP, "drain")
     drained_at = time.monotonic() - started
+    _node_override(fleet_root, LAPTOP, "drain")
     watcher.note("note", f"operator: gridctl node drain on {LAPTOP} (its owner needs the laptop)")
     wait_until(time.monotonic() + d * 0.05)  # some of the surge meets the drained host
     until(lambda: not any(routed(m, LAPTOP) for m in MODELS), at(RESUME_BY))
     wait_until(time.monotonic() + d * 0.03)  # the evacuated host stays drained a while
-    _node_override(fleet_root, LAPTOP, "resume")
-    resumed_at = time.monotonic() - started
+    resumed_at = time.monotonic() - started  # before the command: a sample taken while
+    _node_override(fleet_root, LAPTOP, "resume")  # it runs may already see the host back
     watcher.note("note", f"operator: gridctl node resume on {LAPTOP}")
     wait_until(at(bounds["quiet"]))
     traffic.stop(surge)
