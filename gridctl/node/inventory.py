@@ -11,8 +11,8 @@ report is written when it changes, the tiny one is renewed often.
 "Changed" ignores what moves on every beat without meaning anything new: reported
 ages grow with the clock (the view compares the moment they name, within
 ``STEADY_SECONDS``, as the controller does), and sampled memory and disk use jitter
-(within ``NOISE_MB``). Everything else (a residency's state or load, a transfer's
-progress, the host state) is compared exactly.
+(within ``NOISE_MB``, or 5 % of a small reading). Everything else (a residency's state
+or load, a transfer's progress, the host state) is compared exactly.
 
 Pure: the caller passes the clocks; nothing here reads one.
 """
@@ -27,8 +27,12 @@ from typing import Any
 
 FULL_REFRESH_SECONDS = 300.0  # the full inventory goes at least this often
 STEADY_SECONDS = 2.0  # an age naming a moment this close to the last one reported is no news
-# sampled quantities that jitter between beats: a change below this is no news
+# sampled quantities that jitter between beats: a change below this is no news, unless it
+# is a large share of what is there (a small volume filling up or freed is always news:
+# 300 MB coming back on a nearly full disk decides whether a model's weights fit)
 NOISE_MB = {"external_mb": 64, "disk_free_mb": 1024}
+NOISE_FLOOR_MB = 16
+NOISE_SHARE = 0.05
 DIGEST_HEX = 32
 
 
@@ -71,8 +75,16 @@ def differs(old: Any, new: Any, key: str = "") -> bool:
         if key.endswith("_moment"):
             return bool(abs(old - new) > STEADY_SECONDS)
         if key in NOISE_MB:
-            return bool(abs(old - new) >= NOISE_MB[key])
+            return bool(abs(old - new) >= noise_mb(key, old, new))
     return bool(type(old) is not type(new) or old != new)
+
+
+def noise_mb(key: str, old: float, new: float) -> float:
+    """The smallest change of a sampled quantity that is news: ``NOISE_MB`` on a large
+    value, ``NOISE_SHARE`` of the larger reading on a small one (never under
+    ``NOISE_FLOOR_MB``)."""
+    share = NOISE_SHARE * max(abs(old), abs(new))
+    return min(float(NOISE_MB[key]), max(float(NOISE_FLOOR_MB), share))
 
 
 def _number(value: Any) -> bool:

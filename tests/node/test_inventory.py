@@ -13,9 +13,12 @@ from gridctl.domain.states import HostState, ResidencyState
 from gridctl.node import reports
 from gridctl.node.inventory import (
     FULL_REFRESH_SECONDS,
+    NOISE_FLOOR_MB,
+    NOISE_MB,
     Inventory,
     InventoryTracker,
     differs,
+    noise_mb,
     steady_view,
 )
 from gridctl.node.records import CachedArtifact, ResidencyRecord
@@ -111,6 +114,25 @@ def test_sampled_memory_and_disk_jitter_is_no_news_but_a_real_move_is() -> None:
     assert not tracker.full_due(quiet, at=15.0)
     assert tracker.full_due(inventory(1005.0, external_used_mb=1100), at=15.0)
     assert tracker.full_due(inventory(1005.0, disk_free_mb=48_000), at=15.0)
+
+
+def test_a_small_volume_filling_or_freed_is_news() -> None:
+    """300 MB freed on a nearly full disk decides whether weights fit: the controller must
+    hear it, although it is far below the large-volume jitter of 1 GB."""
+    tracker = InventoryTracker()
+    tracker.taken(inventory(1000.0, disk_free_mb=0), at=10.0)
+    assert tracker.full_due(inventory(1005.0, disk_free_mb=280), at=15.0)
+    tracker.taken(inventory(1000.0, disk_free_mb=280), at=10.0)
+    assert not tracker.full_due(inventory(1005.0, disk_free_mb=285), at=15.0)  # jitter
+    assert tracker.full_due(inventory(1005.0, disk_free_mb=0), at=15.0)  # filled up
+
+
+@given(st.integers(0, 10_000_000), st.integers(0, 10_000_000))
+def test_the_noise_threshold_never_exceeds_the_large_volume_one(old: int, new: int) -> None:
+    threshold = noise_mb("disk_free_mb", old, new)
+    assert NOISE_FLOOR_MB <= threshold <= NOISE_MB["disk_free_mb"]
+    if abs(old - new) >= NOISE_MB["disk_free_mb"]:
+        assert differs(old, new, "disk_free_mb")
 
 
 def test_differs_compares_structure_exactly() -> None:
