@@ -53,6 +53,13 @@ def ewma_with_trend(rates: list[float], alpha: float) -> tuple[float, float]:
     return level, max(0.0, trend)
 
 
+def current_queue(series: BucketSeries, now: float) -> float:
+    """Queue of the current or previous bucket only: a queue seen minutes ago is not
+    current pressure, however long ago the series' last request came."""
+    oldest = bucket_start(now, series.width) - series.width
+    return max((b.max_queue for b in series.buckets if oldest <= b.start <= now), default=0.0)
+
+
 def forecast(
     series: BucketSeries,
     now: float,
@@ -66,8 +73,7 @@ def forecast(
     requests = sum(b.requests for b in recent)
     errors = sum(b.errors for b in recent)
     service = mean_service_seconds(recent)
-    latest = max(recent, key=lambda b: b.start) if recent else None
-    queue = latest.max_queue if latest is not None else 0.0
+    queue = current_queue(series, now)
     per_minute_trend = trend * 60.0 / series.width
     return ModelDemand(
         model_id=series.model_id,

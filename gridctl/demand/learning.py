@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from gridctl.demand.buckets import BucketSeries, Observation, bucket_start, mean_service_seconds
 from gridctl.demand.correlation import CorrelationReport, Relation, infer
 from gridctl.demand.features import RequestFeatures
-from gridctl.demand.forecasting import forecast
+from gridctl.demand.forecasting import current_queue, forecast
 from gridctl.demand.outcomes import OutcomeBook, OutcomeScore
 from gridctl.demand.sequences import SequenceLearner, WorkloadTransition
 from gridctl.domain import ControllerPolicy, ModelDemand, WorkloadCatalog
@@ -236,7 +236,7 @@ class DemandLearner:
                 continue
             rate = max(demand.requests_per_minute, recent_rate(series, now))
             service = _mean_service(series)
-            queue = max(_current_queue(series, now), _unmet_work(series, now))
+            queue = max(current_queue(series, now), _unmet_work(series, now))
             rows[name] = WorkloadDemand(
                 workload=name,
                 requests=demand.sample_count,
@@ -267,12 +267,6 @@ class DemandLearner:
 def _mean_service(series: BucketSeries) -> float:
     """Seconds per served request over the series (0 while none was served)."""
     return mean_service_seconds(series.buckets) or 0.0
-
-
-def _current_queue(series: BucketSeries, now: float) -> float:
-    """Queue of the current or previous bucket only: older queues are not current pressure."""
-    oldest = bucket_start(now, series.width) - series.width
-    return max((b.max_queue for b in series.buckets if oldest <= b.start <= now), default=0.0)
 
 
 def _unmet_work(series: BucketSeries, now: float) -> float:

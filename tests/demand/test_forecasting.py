@@ -82,6 +82,20 @@ def test_queued_work_adds_to_offered_concurrency() -> None:
     assert math.isclose(demand.offered_concurrency, 6 / 60 * 2.0 + 3.0)
 
 
+@given(st.integers(min_value=2, max_value=29), st.floats(min_value=1.0, max_value=50.0))
+@settings(max_examples=40, deadline=None)
+def test_a_queue_is_pressure_for_its_bucket_and_the_next_only(
+    minutes_later: int, queue: float
+) -> None:
+    """However long ago the series' last request came, a queue it saw then is not current
+    pressure: it counts in its own bucket and the one after, never later."""
+    series = steady(per_minute=6, minutes=5).fold(obs(T0 + 5 * 60 + 5, queue=queue))
+    assert forecast(series, T0 + 6 * 60 + 30, POLICY).queue_depth == queue
+    later = forecast(series, T0 + (5 + minutes_later) * 60 + 30, POLICY)
+    assert later.queue_depth == 0.0
+    assert later.sample_count > 0  # the requests are still in the window
+
+
 def test_rising_rate_has_positive_trend_falling_rate_none() -> None:
     rising = [obs(T0 + m * 60 + i) for m in range(8) for i in range(5 * (m + 1))]
     up = forecast(BucketSeries("m").fold_all(rising), T0 + 8 * 60 + 1, POLICY)
