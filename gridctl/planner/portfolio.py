@@ -25,7 +25,7 @@ from gridctl.domain import (
 from gridctl.planner.canonical import InputTexts
 from gridctl.planner.fleet_index import SharedIndexes
 from gridctl.planner.planning import plan_placement
-from gridctl.planner.portfolio_admission import admission_rows
+from gridctl.planner.portfolio_admission import admission_rows, serving_model
 from gridctl.planner.portfolio_scan import (
     FeasibilityScan,
     gate,
@@ -46,6 +46,7 @@ from gridctl.planner.portfolio_search import (
 from gridctl.planner.portfolio_types import (
     AdmissionRow,
     CandidateRow,
+    Gate,
     PortfolioInputs,
     PortfolioResult,
 )
@@ -74,6 +75,33 @@ def inputs_from_picture(
     )
 
 
+def retained(
+    inputs: PortfolioInputs, gates: dict[str, Gate], spare: bool
+) -> dict[str, tuple[Gate, str]]:
+    """Below-gate workloads whose serving model stays: with the fleet's spare-capacity
+    proof, a workload that has an observation in the demand window keeps the READY
+    model the router answers it with as one canary (correlation-only demand: spare
+    capacity only, never a preemption) instead of losing it once the scale-down cooldown
+    passes. Its only candidate is that model, so thin evidence never loads another."""
+    if not spare:
+        return {}
+    kept: dict[str, tuple[Gate, str]] = {}
+    for demand in inputs.workloads:
+        current = gates[demand.workload]
+        if current.admitted or demand.requests < 1:
+            continue
+        serving = serving_model(inputs.snapshot, inputs.profiles, demand.workload, inputs.policy)
+        if serving is None:
+            continue
+        reason = (
+            f"{serving.name} is ready and serves it; {demand.requests} observation(s) in the "
+            "demand window with fleet spare capacity"
+        )
+        admitted = Gate(demand.workload, True, "resident", True, reason)
+        kept[demand.workload] = (admitted, serving.name)
+    return kept
+
+
 def plan_portfolio(inputs: PortfolioInputs) -> PortfolioResult:
     profiles, policy = inputs.profiles, inputs.policy
     texts = InputTexts()  # profiles, policy and hosts are serialised once for every plan
@@ -86,6 +114,8 @@ def plan_portfolio(inputs: PortfolioInputs) -> PortfolioResult:
     spare = spare_capacity_proof(inputs, base)
     demand = {w.workload: w for w in inputs.workloads}
     gates = {w.workload: gate(w, inputs, spare) for w in inputs.workloads}
+    kept = retained(inputs, gates, spare)
+    gates.update({w: g for w, (g, _) in kept.items()})
     active = sorted(w for w, g in gates.items() if g.admitted)
     scan = FeasibilityScan(inputs, planner, {w: demand[w] for w in active})
     scored = [p for p in profiles if any(p.workload_scores.get(w, 0.0) > 0 for w in active)]
@@ -104,6 +134,7 @@ def plan_portfolio(inputs: PortfolioInputs) -> PortfolioResult:
             )
             for p in scored
             if p.workload_scores.get(workload, 0.0) > 0
+            and (workload not in kept or p.name == kept[workload][1])
         )
         every[workload] = rows
         gates[workload] = with_second_compatible_host(gates[workload], rows)

@@ -48,7 +48,7 @@ class Gate:
 
     workload: str
     admitted: bool
-    path: str  # observations | concurrency | media-canary | anticipated | none
+    path: str  # observations | concurrency | media-canary | anticipated | resident | none
     canary_only: bool  # weak evidence: at most one replica
     reason: str
     # a proactive (anticipated) admission: the learned workload edge and its confidence

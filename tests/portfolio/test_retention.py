@@ -1,0 +1,68 @@
+"""A below-gate workload keeps the ready model that serves it, in spare capacity only.
+
+A sparse workload (a video job every half hour) never reaches the evidence gate, so a
+model loaded for it used to go as soon as its scale-down cooldown passed, and the next
+job found nothing ready. With the fleet's spare-capacity proof, a workload that has an
+observation in the demand window keeps the READY model the router answers it with, as one
+correlation-only canary: it fills spare capacity and never preempts. Without the proof,
+without an observation or without a ready model, nothing is kept; and thin evidence
+never loads a different model.
+"""
+
+from __future__ import annotations
+
+from gridctl.domain import ModelProfile, ResidencyState
+from gridctl.planner.portfolio import plan_portfolio
+
+from tests.portfolio.builders import box, inputs, model, resident, workload
+
+VIDEO = model("video-gen", {"video": 0.8})
+BETTER = model("video-pro", {"video": 0.95})  # scores higher, not resident
+
+
+def roomy(*residents: str, state: ResidencyState = ResidencyState.READY) -> tuple:
+    loaded = box("b1", slots=2, residencies=tuple(resident(m, state) for m in residents))
+    return (loaded, *(box(f"b{i}", slots=2) for i in range(2, 6)))
+
+
+def decide(profiles: tuple[ModelProfile, ...], hosts: tuple, requests: int) -> tuple:
+    result = plan_portfolio(inputs(profiles, hosts, (workload("video", requests, 0.0),)))
+    gate = next(g for g in result.gates if g.workload == "video")
+    return gate, dict(result.mapping), dict(result.plan.targets)
+
+
+def test_a_ready_model_of_a_sparse_workload_stays_in_spare_capacity() -> None:
+    gate, mapping, targets = decide((VIDEO,), roomy("video-gen"), requests=1)
+    assert gate.admitted and gate.path == "resident" and gate.canary_only
+    assert "video-gen is ready and serves it" in gate.reason
+    assert mapping == {"video": "video-gen"}
+    assert targets.get("video-gen") == 1
+
+
+def test_no_observation_in_the_window_keeps_nothing() -> None:
+    gate, mapping, targets = decide((VIDEO,), roomy("video-gen"), requests=0)
+    assert not gate.admitted and mapping == {}
+    assert targets.get("video-gen", 0) == 0
+
+
+def test_without_the_spare_capacity_proof_nothing_is_kept() -> None:
+    scarce = (box("b1", slots=1, residencies=(resident("video-gen"),)), box("b2", slots=1))
+    gate, _mapping, targets = decide((VIDEO, model("other", {"coding": 1.0})), scarce, 1)
+    assert not gate.admitted and gate.path == "none"
+    assert targets.get("video-gen", 0) == 0
+
+
+def test_a_model_that_is_not_ready_is_not_kept() -> None:
+    gate, _mapping, targets = decide(
+        (VIDEO,), roomy("video-gen", state=ResidencyState.DRAINING), requests=1
+    )
+    assert not gate.admitted
+    assert targets.get("video-gen", 0) == 0
+
+
+def test_thin_evidence_never_loads_a_better_model() -> None:
+    """The only candidate of a kept workload is the model already serving it."""
+    gate, mapping, targets = decide((VIDEO, BETTER), roomy("video-gen"), requests=1)
+    assert gate.path == "resident"
+    assert mapping == {"video": "video-gen"}
+    assert targets.get("video-pro", 0) == 0
