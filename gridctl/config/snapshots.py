@@ -69,7 +69,17 @@ def residency_from_row(row: Any, now: float) -> Residency | None:
         ownership=ownership,
         pinned=bool(row.get("pinned", False)),
         active_requests=int(row.get("active_requests", 0)),
+        max_concurrency=_live_width(row),
     )
+
+
+def _live_width(row: Any) -> int | None:
+    """A ready single-model engine's slots; a shared (multi-model) engine's limit and a
+    closed engine (0) prove no batch width."""
+    value = row.get("max_concurrency")
+    if row.get("state") != "ready" or row.get("shared_engine") or not value:
+        return None
+    return int(value)
 
 
 def host_state_of(value: Any) -> HostState:

@@ -55,6 +55,9 @@ class Residency:
     ownership: Ownership = Ownership.MANAGED
     pinned: bool = False
     active_requests: int = 0
+    # a ready single-model engine's live batch width (its slots); None = not reported, or
+    # a multi-model engine, whose shared node-wide limit is never credited to one model
+    max_concurrency: int | None = None
 
     @property
     def actuatable(self) -> bool:

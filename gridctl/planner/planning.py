@@ -80,14 +80,20 @@ def fleet_facts(ws: Workspace, model_id: str) -> FleetFacts:
             return _NO_FLEET
         # every eligible host starts from the profile's prior: ``start_seconds(profile,
         # None, False)``, the named tuple made without its generated ``__new__``
-        return _new_tuple(FleetFacts, (0, 0, profile.warm_seconds + profile.load_seconds))
+        return _new_tuple(FleetFacts, (0, 0, profile.warm_seconds + profile.load_seconds, 0))
     ready = 0
     recent = 0
+    width = 0
     horizon = ws.now - profile.scale_down_cooldown_seconds
     incumbents = {h: row for h, row in ws.incumbents[model_id].items() if h in eligible}
     for row in incumbents.values():
         if row.residency.state is _READY:
             ready += 1
+            # the narrowest ready engine bounds what is proven; one that reports no
+            # width has only the profile's declared batch (-1: nothing proven)
+            live = row.residency.max_concurrency or -1
+            if width == 0 or live < width:
+                width = live
             stamps = [t for t in (row.residency.loaded_at, row.residency.last_used_at) if t]
             if stamps and max(stamps) >= horizon:
                 recent += 1
@@ -107,7 +113,9 @@ def fleet_facts(ws: Workspace, model_id: str) -> FleetFacts:
     fastest: float | None = min(starts) if starts else None
     if fastest is None and eligible:
         fastest = start_seconds(profile, None, False)
-    return FleetFacts(ready=ready, recent_ready=recent, startup_seconds=fastest)
+    return FleetFacts(
+        ready=ready, recent_ready=recent, startup_seconds=fastest, live_width=max(width, 0)
+    )
 
 
 def set_targets(ws: Workspace) -> None:

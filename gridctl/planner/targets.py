@@ -75,6 +75,9 @@ class FleetFacts(NamedTuple):
     ready: int  # healthy ready replicas on eligible hosts
     recent_ready: int  # of those, used or loaded within the scale-down cooldown
     startup_seconds: float | None  # fastest eligible load-plus-warm path
+    # the narrowest live batch width the ready single-model engines report (0 = none
+    # reported): it may prove a wider batch than the profile's replica_concurrency
+    live_width: int = 0
 
 
 def lookahead_factor(
@@ -135,7 +138,11 @@ def replica_target(
     facts: FleetFacts,
     policy: ControllerPolicy,
 ) -> ReplicaTarget:
-    per_replica = profile.replica_concurrency * profile.target_utilization
+    width = profile.replica_concurrency
+    proven = facts.live_width > width
+    if proven:
+        width = facts.live_width  # a ready engine proved a wider batch than declared
+    per_replica = width * profile.target_utilization
     if not per_replica > _EPSILON:
         per_replica = _EPSILON  # max(_EPSILON, per_replica)
     reasons: list[str] = []
@@ -154,6 +161,8 @@ def replica_target(
             ahead = lookahead_factor(demand, facts.startup_seconds, policy) if rising else 1.0
             concurrency = offered * ahead
             direct = replicas_for(concurrency, per_replica, policy.demand_headroom)
+            if direct and proven:
+                reasons.append("live batch width %d" % width)  # noqa: UP031
             if direct:
                 # ``%`` writes what ``f"{concurrency:.2f}"`` writes, about 700 instructions
                 # fewer (measured: no format-spec parse or ``__format__`` lookup)

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gridctl.domain import ControllerPolicy, DemandClass
-from gridctl.planner import replica_target
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gridctl.config.snapshots import residency_from_row
+from gridctl.domain import ControllerPolicy, DemandClass, Residency, ResidencyState
+from gridctl.planner import plan_placement, replica_target
 from gridctl.planner.targets import FleetFacts
 
-from .builders import demand, profile
+from .builders import NOW, demand, fleet, host, profile, resident, with_residents
 
 POLICY = ControllerPolicy()
 NO_FLEET = FleetFacts(ready=0, recent_ready=0, startup_seconds=40.0)
@@ -77,3 +81,65 @@ def test_lookahead_only_projects_rising_trends_within_the_horizon() -> None:
     huge = demand("m", requests_per_minute=60, trend_per_minute=1e6)
     slow_start = FleetFacts(ready=0, recent_ready=0, startup_seconds=3600.0)
     assert replica_target(p, huge, slow_start, POLICY).replicas <= 2 * flat + 1
+
+
+# -- a ready single-model engine's live batch width (allocator.md, profile command) ------
+
+WIDE = demand("m", requests_per_minute=120, offered_concurrency=6.0)  # 6 requests in flight
+
+
+@given(st.integers(min_value=0, max_value=64), st.integers(min_value=1, max_value=16))
+@settings(max_examples=60, deadline=None)
+def test_a_live_width_only_ever_widens_the_declared_batch(live: int, declared: int) -> None:
+    """At or below the profile's replica_concurrency the live width changes nothing; above
+    it, the same demand never needs more replicas, and the reason names the width."""
+    p = profile("m", replica_concurrency=declared, max_replicas=64)
+    plain = replica_target(p, WIDE, NO_FLEET, POLICY)
+    seen = replica_target(p, WIDE, NO_FLEET._replace(live_width=live), POLICY)
+    if live <= declared:
+        assert seen == plain
+    else:
+        assert seen.replicas <= plain.replicas
+        assert f"live batch width {live}" in seen.reason
+
+
+def test_a_proven_width_of_sixteen_serves_six_in_flight_with_one_replica() -> None:
+    p = profile("m", replica_concurrency=2, max_replicas=8)
+    assert replica_target(p, WIDE, NO_FLEET, POLICY).replicas > 1
+    assert replica_target(p, WIDE, NO_FLEET._replace(live_width=16), POLICY).replicas == 1
+
+
+def test_the_plan_credits_ready_single_model_engines_only() -> None:
+    """The narrowest ready engine's width counts, and one that reports nothing has only the
+    declared batch; a warming engine proves nothing."""
+    p = profile("m", memory_mb=4096, replica_concurrency=2, max_replicas=8)
+
+    def target(*rows: Residency) -> int:
+        hosts = [with_residents(host(f"h{i}", 65536), row) for i, row in enumerate(rows)]
+        hosts += [host(f"free{i}", 65536) for i in range(8)]
+        plan = plan_placement((p,), fleet(*hosts, demand=(WIDE,)), POLICY)
+        return dict(plan.targets)["m"]
+
+    declared = target(resident("m", 4096))
+    assert declared > 2
+    assert target(resident("m", 4096, max_concurrency=16)) == 1
+    assert target(resident("m", 4096, max_concurrency=16), resident("m", 4096)) == declared
+    narrow = target(resident("m", 4096, max_concurrency=16), resident("m", 4096, max_concurrency=4))
+    assert 2 <= narrow < declared
+    warming = resident("m", 4096, ResidencyState.WARMING, max_concurrency=16)
+    assert target(warming) == declared
+
+
+def test_a_shared_or_closed_engine_reports_no_batch_width() -> None:
+    row = {"model_id": "m", "memory_mb": 4096, "state": "ready", "max_concurrency": 16}
+    assert residency_from_row(row, NOW).max_concurrency == 16
+    assert residency_from_row({**row, "shared_engine": True}, NOW).max_concurrency is None
+    assert residency_from_row({**row, "max_concurrency": 0}, NOW).max_concurrency is None
+    assert residency_from_row({**row, "state": "warming"}, NOW).max_concurrency is None
+
+
+def test_pressure_still_asks_for_one_replica_beyond_the_ready_set() -> None:
+    p = profile("m", replica_concurrency=2, max_replicas=8)
+    queued = replace(WIDE, queue_depth=3.0)
+    facts = NO_FLEET._replace(ready=1, live_width=64)
+    assert replica_target(p, queued, facts, POLICY).replicas == 2
