@@ -32,6 +32,8 @@ PORT_BASE = 23000
 PORTS_PER_HOST = 50
 NODE_CAPACITY_CEILING_MB = 4096
 RUN_FILE = "fleet.json"
+# the controller's first startup line (gridctl.cli.controller_cmd), once its service is built
+CONTROLLER_ANNOUNCEMENT = b"gridctl controller on "
 
 
 @dataclass
@@ -164,13 +166,15 @@ def wait_healthy(
 
 
 def start_fleet(settings: FleetSettings, *, detached: bool, say: object = print) -> FleetRun:
-    """Start the controller, then the logical nodes once it answers; returns then.
+    """Start the controller and the logical nodes; returns when the controller is healthy.
 
-    The nodes start after the controller is healthy, not beside it: a node whose first
-    registration finds no controller retries only after 2 s, and on a small machine the
-    three interpreters starting together slow the controller's own start (measured: the
-    first routable replica came 1-2 s later). Their credentials, signed with the
-    controller's key (made here; the controller loads it), are written before it starts.
+    The nodes start when the controller announces its address (its imports done, its
+    service built, about to listen), not after it answers: a node's own start (an
+    interpreter and its imports, about 0.6 s) then overlaps the controller's last steps,
+    and its first registration still finds the controller listening. Started any
+    earlier, a node would find no controller and retry only after 2 s. Their
+    credentials, signed with the controller's key (made here; the controller loads
+    it), are written before the controller starts.
     """
     if not 1 <= settings.machines <= MAX_MACHINES:
         raise ValueError(f"--machines must be between 1 and {MAX_MACHINES}")
@@ -185,7 +189,7 @@ def start_fleet(settings: FleetSettings, *, detached: bool, say: object = print)
     controller_dir.mkdir(parents=True, exist_ok=True)
     controller_dir.chmod(0o700)
     key = load_or_create_signing_key(controller_dir)
-    node_tokens = {}
+    node_tokens: dict[str, Path] = {}
     for i in range(1, settings.machines + 1):
         host_id = f"local-{i}"
         node_dir = root / host_id
@@ -194,6 +198,7 @@ def start_fleet(settings: FleetSettings, *, detached: bool, say: object = print)
         write_secret_file(token_file, issue_node_credential(key, host_id, now=time.time()) + "\n")
         node_tokens[host_id] = token_file
     ctl_log = root / "logs" / "controller.log"
+    earlier_log = ctl_log.stat().st_size if ctl_log.exists() else 0  # logs are appended to
     run.controller_started = time.monotonic()
     proc = _spawn(
         [
@@ -205,6 +210,9 @@ def start_fleet(settings: FleetSettings, *, detached: bool, say: object = print)
             "--listen",
             f"{settings.host}:{settings.port}",
             "--no-context",  # `gridctl up` records the fleet's context itself
+            # at most MAX_MACHINES hosts: a plan takes milliseconds, and a planning worker
+            # would be one more interpreter starting beside the nodes on a small machine
+            "--plan-in-process",
             *(["--worktree"] if settings.worktree else []),
             "--log-format",
             settings.log_format,
@@ -216,12 +224,45 @@ def start_fleet(settings: FleetSettings, *, detached: bool, say: object = print)
     run.children["controller"] = proc
     assert callable(say)
     try:
+        if wait_announced(ctl_log, proc, after=earlier_log):
+            spawn_nodes(run, node_tokens, detached, say)
         wait_healthy(run.base_url, proc=proc)
     except (TimeoutError, FleetStartError) as exc:
         stop_fleet(run)
         proc.wait(timeout=30)
         tail = "\n".join(f"  {line}" for line in log_tail(ctl_log))
         raise FleetStartError(f"{exc}; last lines of {ctl_log}:\n{tail}") from None
+    if len(run.processes) == 1:  # the controller never announced itself, yet answers
+        spawn_nodes(run, node_tokens, detached, say)
+    save_run(run)
+    return run
+
+
+def wait_announced(
+    log_path: Path, proc: subprocess.Popen[bytes], *, after: int = 0, deadline: float = 60.0
+) -> bool:
+    """Wait for the controller's first startup line (``gridctl controller on URL``, in
+    either log format) in its log past byte ``after``; False when it exited first or did
+    not print it in time."""
+    until = time.monotonic() + deadline
+    while time.monotonic() < until and proc.poll() is None:
+        try:
+            with log_path.open("rb") as log:
+                log.seek(after)
+                if CONTROLLER_ANNOUNCEMENT in log.read():
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.02)
+    return False
+
+
+def spawn_nodes(
+    run: FleetRun, node_tokens: dict[str, Path], detached: bool, say: object = print
+) -> None:
+    """Start every logical host, with its credential, and say so."""
+    assert callable(say)
+    settings = run.settings
     for i, (host_id, token_file) in enumerate(node_tokens.items(), start=1):
         _spawn_node(run, host_id, i, token_file, detached)
         first = settings.engine_port_base + (i - 1) * PORTS_PER_HOST
@@ -229,8 +270,6 @@ def start_fleet(settings: FleetSettings, *, detached: bool, say: object = print)
             f"started logical host {host_id} ({settings.capacity_mb} MB, ports {first}-"
             f"{first + PORTS_PER_HOST - 1})"
         )
-    save_run(run)
-    return run
 
 
 def _spawn_node(run: FleetRun, host_id: str, index: int, token_file: Path, detached: bool) -> None:
