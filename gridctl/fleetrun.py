@@ -32,6 +32,8 @@ PORT_BASE = 23000
 PORTS_PER_HOST = 50
 NODE_CAPACITY_CEILING_MB = 4096
 RUN_FILE = "fleet.json"
+# the controller's first startup line (gridctl.cli.controller_cmd), once its service is built
+CONTROLLER_ANNOUNCEMENT = b"gridctl controller on "
 
 
 @dataclass
@@ -65,6 +67,9 @@ class FleetRun:
     processes: list[ProcessRecord] = field(default_factory=list)
     # handles of processes this process started (not persisted); used to reap exits
     children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
+    # time.monotonic() when this process spawned the controller (not persisted): `gridctl up`
+    # counts "controller start -> model routable" from it
+    controller_started: float | None = field(default=None, repr=False)
 
     def reap(self) -> list[str]:
         """Reap children that exited; one line per exit, for the operator."""
@@ -161,7 +166,16 @@ def wait_healthy(
 
 
 def start_fleet(settings: FleetSettings, *, detached: bool, say: object = print) -> FleetRun:
-    """Start the controller and the logical nodes; returns when the controller is healthy."""
+    """Start the controller and the logical nodes; returns when the controller is healthy.
+
+    The nodes start when the controller announces its address (its imports done, its
+    service built, about to listen), not after it answers: a node's own start (an
+    interpreter and its imports, about 0.6 s) then overlaps the controller's last steps,
+    and its first registration still finds the controller listening. Started any
+    earlier, a node would find no controller and retry only after 2 s. Their
+    credentials, signed with the controller's key (made here; the controller loads
+    it), are written before the controller starts.
+    """
     if not 1 <= settings.machines <= MAX_MACHINES:
         raise ValueError(f"--machines must be between 1 and {MAX_MACHINES}")
     root = Path(settings.state_root)
@@ -172,7 +186,20 @@ def start_fleet(settings: FleetSettings, *, detached: bool, say: object = print)
     require_free_port(settings.host, settings.port)
     run = FleetRun(settings)
     controller_dir = root / "controller"
+    controller_dir.mkdir(parents=True, exist_ok=True)
+    controller_dir.chmod(0o700)
+    key = load_or_create_signing_key(controller_dir)
+    node_tokens: dict[str, Path] = {}
+    for i in range(1, settings.machines + 1):
+        host_id = f"local-{i}"
+        node_dir = root / host_id
+        node_dir.mkdir(parents=True, exist_ok=True)
+        token_file = node_dir / "node.token"
+        write_secret_file(token_file, issue_node_credential(key, host_id, now=time.time()) + "\n")
+        node_tokens[host_id] = token_file
     ctl_log = root / "logs" / "controller.log"
+    earlier_log = ctl_log.stat().st_size if ctl_log.exists() else 0  # logs are appended to
+    run.controller_started = time.monotonic()
     proc = _spawn(
         [
             "controller",
@@ -183,6 +210,9 @@ def start_fleet(settings: FleetSettings, *, detached: bool, say: object = print)
             "--listen",
             f"{settings.host}:{settings.port}",
             "--no-context",  # `gridctl up` records the fleet's context itself
+            # at most MAX_MACHINES hosts: a plan takes milliseconds, and a planning worker
+            # would be one more interpreter starting beside the nodes on a small machine
+            "--plan-in-process",
             *(["--worktree"] if settings.worktree else []),
             "--log-format",
             settings.log_format,
@@ -194,64 +224,97 @@ def start_fleet(settings: FleetSettings, *, detached: bool, say: object = print)
     run.children["controller"] = proc
     assert callable(say)
     try:
+        if wait_announced(ctl_log, proc, after=earlier_log):
+            spawn_nodes(run, node_tokens, detached, say)
         wait_healthy(run.base_url, proc=proc)
     except (TimeoutError, FleetStartError) as exc:
         stop_fleet(run)
         proc.wait(timeout=30)
         tail = "\n".join(f"  {line}" for line in log_tail(ctl_log))
         raise FleetStartError(f"{exc}; last lines of {ctl_log}:\n{tail}") from None
-    key = load_or_create_signing_key(controller_dir)
-    for i in range(1, settings.machines + 1):
-        host_id = f"local-{i}"
-        node_dir = root / host_id
-        node_dir.mkdir(parents=True, exist_ok=True)
-        token_file = node_dir / "node.token"
-        write_secret_file(token_file, issue_node_credential(key, host_id, now=time.time()) + "\n")
+    if len(run.processes) == 1:  # the controller never announced itself, yet answers
+        spawn_nodes(run, node_tokens, detached, say)
+    save_run(run)
+    return run
+
+
+def wait_announced(
+    log_path: Path, proc: subprocess.Popen[bytes], *, after: int = 0, deadline: float = 60.0
+) -> bool:
+    """Wait for the controller's first startup line (``gridctl controller on URL``, in
+    either log format) in its log past byte ``after``; False when it exited first or did
+    not print it in time."""
+    until = time.monotonic() + deadline
+    while time.monotonic() < until and proc.poll() is None:
+        try:
+            with log_path.open("rb") as log:
+                log.seek(after)
+                if CONTROLLER_ANNOUNCEMENT in log.read():
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.02)
+    return False
+
+
+def spawn_nodes(
+    run: FleetRun, node_tokens: dict[str, Path], detached: bool, say: object = print
+) -> None:
+    """Start every logical host, with its credential, and say so."""
+    assert callable(say)
+    settings = run.settings
+    for i, (host_id, token_file) in enumerate(node_tokens.items(), start=1):
+        _spawn_node(run, host_id, i, token_file, detached)
         first = settings.engine_port_base + (i - 1) * PORTS_PER_HOST
-        log = root / "logs" / f"{host_id}.log"
-        proc = _spawn(
-            [
-                "node",
-                "start",
-                "--controller",
-                run.base_url,
-                "--token-file",
-                str(token_file),
-                "--host-id",
-                host_id,
-                "--state-dir",
-                str(node_dir),
-                "--capacity-mb",
-                str(settings.capacity_mb),
-                "--external-mb",
-                "0",
-                "--heartbeat-seconds",
-                "2",
-                "--reserved-mb",
-                "0",
-                "--failure-domain",
-                f"zone-{chr(ord('a') + (i - 1) % 26)}",
-                "--tags",
-                "local,cpu",
-                "--port-range",
-                f"{first}-{first + PORTS_PER_HOST - 2}",
-                "--artifact-listen",  # the last port of the host's block: its peer mirror
-                f"127.0.0.1:{first + PORTS_PER_HOST - 1}",
-                "--log-format",
-                settings.log_format,
-                "--foreground",
-            ],
-            log,
-            detached,
-        )
-        run.processes.append(_record("node", host_id, proc, log))
-        run.children[host_id] = proc
         say(
             f"started logical host {host_id} ({settings.capacity_mb} MB, ports {first}-"
             f"{first + PORTS_PER_HOST - 1})"
         )
-    save_run(run)
-    return run
+
+
+def _spawn_node(run: FleetRun, host_id: str, index: int, token_file: Path, detached: bool) -> None:
+    """Start logical host ``index`` (from 1): its state dir, port block and failure domain."""
+    settings = run.settings
+    root = Path(settings.state_root)
+    first = settings.engine_port_base + (index - 1) * PORTS_PER_HOST
+    log = root / "logs" / f"{host_id}.log"
+    proc = _spawn(
+        [
+            "node",
+            "start",
+            "--controller",
+            run.base_url,
+            "--token-file",
+            str(token_file),
+            "--host-id",
+            host_id,
+            "--state-dir",
+            str(root / host_id),
+            "--capacity-mb",
+            str(settings.capacity_mb),
+            "--external-mb",
+            "0",
+            "--heartbeat-seconds",
+            "2",
+            "--reserved-mb",
+            "0",
+            "--failure-domain",
+            f"zone-{chr(ord('a') + (index - 1) % 26)}",
+            "--tags",
+            "local,cpu",
+            "--port-range",
+            f"{first}-{first + PORTS_PER_HOST - 2}",
+            "--artifact-listen",  # the last port of the host's block: its peer mirror
+            f"127.0.0.1:{first + PORTS_PER_HOST - 1}",
+            "--log-format",
+            settings.log_format,
+            "--foreground",
+        ],
+        log,
+        detached,
+    )
+    run.processes.append(_record("node", host_id, proc, log))
+    run.children[host_id] = proc
 
 
 def save_run(run: FleetRun) -> None:

@@ -169,15 +169,19 @@ def _announce(run: FleetRun) -> None:
 class Follower:
     """Prints residency transitions and command outcomes from successive status documents."""
 
-    def __init__(self, *, replay: bool = True) -> None:
+    def __init__(self, *, replay: bool = True, controller_started: float | None = None) -> None:
         # replay=False (``fleet watch`` joining a running fleet): the first document only
         # primes what was seen, so old events are not printed as if they happened now
         self.replay = replay
         self.primed = False
+        # ``gridctl up``: time.monotonic() when the controller was spawned; the stamps count
+        # from it and the first routable replica prints "controller start -> model routable"
+        self.controller_started = controller_started
+        self.routable_after: float | None = None
         self.transfer_marks: dict[tuple[str, str], int] = {}
         self.states: dict[tuple[str, str], str] = {}
         self.seen_events: set[tuple[float, str, str]] = set()
-        self.started = time.monotonic()
+        self.started = time.monotonic() if controller_started is None else controller_started
         self.revision: str | None = None
         self.rejected_seen: set[tuple[str, float]] = set()
 
@@ -191,6 +195,7 @@ class Follower:
                 *self._revisions(doc, stamp),
                 *self._transfers(doc, stamp),
                 *self._events(doc, stamp),
+                *self._first_routable(doc, stamp),
             ]
         # node-reported states, messages and sources: printed, never acted on by the terminal
         return [one_line(line) for line in lines]
@@ -209,6 +214,29 @@ class Follower:
                 lines.append(f"{stamp} {key[1]} on {key[0]}: {before or 'absent'} -> {after}")
         self.states = dict(current)
         return lines
+
+    def _first_routable(self, doc: dict[str, Any], stamp: str) -> list[str]:
+        """Once, for ``gridctl up``: how long from the controller's start to a routable model."""
+        if self.controller_started is None or self.routable_after is not None:
+            return []
+        routable = sorted(
+            (r["model_id"], host["host_id"])
+            for host in doc.get("hosts", [])
+            for r in host["residencies"]
+            if r.get("routable")
+        )
+        if not routable:
+            return []
+        self.routable_after = time.monotonic() - self.controller_started
+        model, host = routable[0]
+        return [
+            f"{stamp} controller start -> model routable: {self.routable_after:.2f} s "
+            f"({model} on {host})"
+        ]
+
+    @property
+    def awaiting_first_routable(self) -> bool:
+        return self.controller_started is not None and self.routable_after is None
 
     def _events(self, doc: dict[str, Any], stamp: str) -> list[str]:
         """Command outcomes and retirements not printed before."""
@@ -280,6 +308,9 @@ class Follower:
         return lines
 
 
+FIRST_ROUTABLE_POLL_SECONDS = 0.2
+
+
 def progress_bar(done: int, total: int | None, width: int = 24) -> str:
     if not total:
         return "[" + "?" * width + "]"
@@ -309,6 +340,10 @@ def _follow_until(
 ) -> None:
     follower = follower or Follower()
     while not stop[0]:
+        # until the first replica is routable, look often: that moment is what `up` reports
+        wait = interval
+        if follower.awaiting_first_routable:
+            wait = min(interval, FIRST_ROUTABLE_POLL_SECONDS)
         try:
             for line in follower.follow(client.status()):
                 print(line, flush=True)
@@ -316,7 +351,7 @@ def _follow_until(
             print(f"(controller unreachable: {exc})", flush=True)
         for line in run.reap() if run is not None else []:
             print(f"warning: {line}", flush=True)
-        for _ in range(int(interval * 10)):
+        for _ in range(max(1, round(wait * 10))):
             if stop[0]:
                 break
             time.sleep(0.1)
@@ -346,7 +381,9 @@ def run_up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     with ControllerClient(run.base_url, token_file=run.token_file) as client:
-        _follow_until(client, stop, run=run)
+        _follow_until(
+            client, stop, run=run, follower=Follower(controller_started=run.controller_started)
+        )
     print("stopping: nodes drain and unload their engines, then the controller stops", flush=True)
     problems = stop_fleet(run)
     for problem in problems:

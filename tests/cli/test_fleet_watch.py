@@ -4,6 +4,7 @@ today's revision as the one that stayed in force."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,33 @@ def test_up_replays_from_its_own_start() -> None:
     lines = Follower().follow(document(OLD))
     assert any("warm_succeeded" in line for line in lines)
     assert any("rejected" in line for line in lines)
+
+
+def test_up_says_once_how_long_from_controller_start_to_a_routable_model() -> None:
+    started = time.monotonic() - 1.5  # the controller was spawned 1.5 s ago
+    follower = Follower(controller_started=started)
+    cold = document([])
+    cold["hosts"][0]["residencies"][0].update(state="warming", routable=False)
+    assert follower.awaiting_first_routable
+    assert not any("model routable" in line for line in follower.follow(cold))
+    warm = document([])
+    warm["hosts"][0]["residencies"][0].update(routable=True)
+    lines = follower.follow(warm)
+    said = [line for line in lines if "controller start -> model routable:" in line]
+    assert len(said) == 1 and said[0].endswith("s (m on local-1)")
+    seconds = float(said[0].split("routable: ")[1].split(" s")[0])
+    assert seconds >= 1.5
+    assert not follower.awaiting_first_routable
+    assert not any("model routable" in line for line in follower.follow(warm))
+
+
+def test_watch_never_reports_a_start_to_routable_time() -> None:
+    warm = document([])
+    warm["hosts"][0]["residencies"][0].update(routable=True)
+    follower = Follower(replay=False)
+    assert not follower.awaiting_first_routable
+    for _ in range(2):
+        assert not any("model routable" in line for line in follower.follow(warm))
 
 
 def test_fleet_commands_find_the_fleet_of_the_current_context(
