@@ -49,6 +49,7 @@ from gridctl.node.network_state import with_network_rule
 from gridctl.node.processes import observe_identity, stop_proven
 from gridctl.node.protecting import ProtectionLoop
 from gridctl.node.protection import ProtectionPolicy
+from gridctl.node.qualification import qualified_runtimes
 from gridctl.node.records import ProcessIdentity
 from gridctl.node.reports import HostFacts
 from gridctl.node.runtimes.llamacpp import (
@@ -109,6 +110,7 @@ class NodeConfig:
             throttle_fraction=self.policy.throttle_fraction,
             gpus=probe_gpus(),
             advertise=self.advertise,
+            qualified_runtimes=qualified_runtimes(self.state_dir),
         )
 
 
