@@ -71,8 +71,6 @@ def _checked_sha256(value: str | None) -> str | None:
 
 def build_adapter(args: argparse.Namespace, key_file: Path, api_key: str) -> RuntimeAdapter:
     """The node's adapter for ``args.runtime``, bound to loopback for the qualification."""
-    if args.runtime not in ADAPTER_KINDS:
-        raise GridctlError(f"RUNTIME: {UnknownRuntime(args.runtime, ADAPTER_KINDS)}")
     settings = EngineSettings(
         threads=args.engine_threads,
         ctx_size=args.engine_ctx,
@@ -100,6 +98,8 @@ def run_qualify(args: argparse.Namespace) -> int:
     sha256 = _checked_sha256(args.artifact_sha256)
     if args.artifact_source is not None and sha256 is None:
         raise GridctlError("--artifact-source needs --artifact-sha256 (an immutable digest)")
+    if args.runtime not in ADAPTER_KINDS:  # refused before the state directory is touched
+        raise GridctlError(f"RUNTIME: {UnknownRuntime(args.runtime, ADAPTER_KINDS)}")
     state_dir = node_cmd._state_dir(args)
     store = open_store(state_dir)
     try:
