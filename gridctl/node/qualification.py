@@ -38,7 +38,14 @@ from gridctl.errors import GridctlError
 from gridctl.node.artifacts import ArtifactCache
 from gridctl.node.processes import Liveness, stop_proven
 from gridctl.node.records import ProcessIdentity
-from gridctl.node.runtimes.adapter import LaunchOptions, RuntimeAdapter, RuntimeFailure
+from gridctl.node.runtimes.adapter import (
+    LaunchOptions,
+    RuntimeAdapter,
+    RuntimeFailure,
+    residency_activity,
+    residency_wait_idle,
+    stop_residency,
+)
 
 EVIDENCE_DIR = "qualifications"
 EVIDENCE_VERSION = 1
@@ -186,6 +193,7 @@ class Qualifier:
         self.adapter, self.cache, self.api_key = adapter, cache, api_key
         self.drain_timeout, self.progress, self.clock = drain_timeout, progress, clock
         self.identity: ProcessIdentity | None = None
+        self.model = ""
         self.artifact = Path()
         self.port = 0
         self._request: threading.Thread | None = None
@@ -193,6 +201,7 @@ class Qualifier:
     def run(
         self, model: str, *, artifact_sha256: str | None, artifact_source: str | None = None
     ) -> Qualification:
+        self.model = model
         result = Qualification(
             self.adapter.name,
             model,
@@ -327,14 +336,14 @@ class Qualifier:
         deadline = time.monotonic() + 30
         seen = None
         while time.monotonic() < deadline and self._request.is_alive():
-            seen = self.adapter.activity(self.port)
+            seen = residency_activity(self.adapter, self.model, self.port)
             if seen is not None and seen.processing > 0:
                 return f"{seen.processing} of {seen.slots} running, {seen.queued} queued"
             time.sleep(0.02)
         raise StepFailed("activity_unseen", f"a running request was never reported ({seen})")
 
     def _drain(self) -> str:
-        seen = self.adapter.wait_idle(self.port, timeout=self.drain_timeout)
+        seen = residency_wait_idle(self.adapter, self.model, self.port, timeout=self.drain_timeout)
         if seen is None:
             raise StepFailed("activity_unknown", "the activity probe failed while draining")
         if seen.processing:
@@ -345,7 +354,8 @@ class Qualifier:
 
     def _stop(self) -> str:
         assert self.identity is not None
-        if not self.adapter.stop(self.identity, grace=10.0):
+        stopped = stop_residency(self.adapter, self.model, self.identity, self.port, grace=10.0)
+        if not stopped:
             raise StepFailed("stop_failed", f"pid {self.identity.pid} did not stop")
         if self.adapter.prove_identity(self.identity) is not Liveness.DEAD:
             raise StepFailed("child_survived", f"pid {self.identity.pid} is still alive")
@@ -355,7 +365,7 @@ class Qualifier:
     def _cleanup(self) -> None:
         """A child left running by a failed step is stopped, only by its proof."""
         if self.identity is not None:
-            if not self.adapter.stop(self.identity, grace=5.0):
+            if not stop_residency(self.adapter, self.model, self.identity, self.port, grace=5.0):
                 stop_proven(self.identity, grace=5.0)
             self.identity = None
         if self._request is not None:
