@@ -330,6 +330,8 @@ class HostActuator:
                 if isinstance(exc, RuntimeFailure):
                     raise ActionFailure(exc.reason, str(exc)) from exc
                 raise
+            # the port the adapter journalled: a shared engine serves on its own
+            port = journal.record.port if journal.record.port is not None else port
         try:
             waited = adapter.wait_ready(req.model_id, identity, port, cancelled=cancelled)
         except RuntimeFailure as exc:
