@@ -1,4 +1,4 @@
-"""``gridctl node start|stop|status|drain|pause|quarantine|resume``.
+"""``gridctl node start|stop|status|drain|pause|quarantine|resume`` (and ``qualify``).
 
 ``start`` runs the node daemon (detached unless ``--foreground``) and, when
 detached, waits for the instance it started to register. ``stop`` proves the
@@ -168,6 +168,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _state_arg(resume)
     resume.add_argument("--json", action="store_true", help="print the result as JSON")
     resume.set_defaults(func=run_resume)
+
+    from gridctl.cli import node_qualify  # imports this module: registered once it is loaded
+
+    node_qualify.register(node_sub)
 
     def show_help(_args: argparse.Namespace) -> int:
         node.print_help()

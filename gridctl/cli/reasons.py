@@ -78,6 +78,8 @@ GLOSSARY: dict[str, tuple[type[StrEnum], dict[str, str]]] = {
             "heartbeat_future": "the host's clock is ahead; its heartbeat is not trusted",
             "host_unmanaged": "the host is external inventory, never actuated",
             "runtime": "the host has no runtime the model needs",
+            "runtime_not_qualified": "the host reports qualification evidence, and none of "
+            "the model's runtimes passed `gridctl node qualify` there",
             "backend": "the host has no backend (cpu/cuda/metal...) the model needs",
             "data_tier": "the model's data tier is not allowed on this host",
             "required_tag": "the host lacks a tag the model requires",

@@ -124,6 +124,8 @@ def resources_from_mapping(data: dict[str, Any]) -> HostResources:
             continue  # wire peers may add fields; they are ignored
         if key in _TUPLE_RESOURCE_FIELDS:
             value = sorted_tuple(value)
+        elif key == "qualified_runtimes":
+            value = None if value is None else sorted_tuple(value)
         elif key == "allowed_data_tiers":
             value = tuple(sorted((DataTier(v) for v in value), key=list(DataTier).index))
         elif key in ("thermal_derate", "throttle_fraction") and value is not None:

@@ -20,6 +20,9 @@ def _host(h: HostSnapshot) -> dict[str, Any]:
         "thermal_derate": res.thermal_derate,
         "throttle_fraction": res.throttle_fraction,
         "runtimes": list(res.runtimes),
+        "qualified_runtimes": (
+            None if res.qualified_runtimes is None else list(res.qualified_runtimes)
+        ),
         "backends": list(res.backends),
         "gpu_count": res.gpu_count,
         "gpu_memory_mb": res.gpu_memory_mb,

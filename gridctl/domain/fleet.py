@@ -23,6 +23,8 @@ class HostResources:
     thermal_derate: float = 1.0  # fraction of capacity usable after thermal derating
     throttle_fraction: float = 1.0  # fraction offered for new placement while throttled
     runtimes: tuple[str, ...] = ("llama.cpp",)
+    # runtimes with passing qualification evidence; None = not claimed (all of ``runtimes``)
+    qualified_runtimes: tuple[str, ...] | None = None
     backends: tuple[str, ...] = ()
     gpu_count: int | None = 0  # None = the host cannot tell (no NVML), never a guessed 0
     gpu_memory_mb: int | None = 0

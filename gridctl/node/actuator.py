@@ -40,7 +40,14 @@ from gridctl.node.lifecycle import (
 )
 from gridctl.node.processes import Liveness
 from gridctl.node.records import ProcessIdentity, ResidencyRecord
-from gridctl.node.runtimes.adapter import RuntimeAdapter, RuntimeFailure
+from gridctl.node.runtimes.adapter import (
+    RuntimeAdapter,
+    RuntimeFailure,
+    residency_activity,
+    residency_healthy,
+    residency_wait_idle,
+    stop_residency,
+)
 from gridctl.node.runtimes.registry import RuntimeRegistry, UnknownRuntime
 from gridctl.node.statestore import NodeStateStore
 from gridctl.transport import socket_family
@@ -323,6 +330,8 @@ class HostActuator:
                 if isinstance(exc, RuntimeFailure):
                     raise ActionFailure(exc.reason, str(exc)) from exc
                 raise
+            # the port the adapter journalled: a shared engine serves on its own
+            port = journal.record.port if journal.record.port is not None else port
         try:
             waited = adapter.wait_ready(req.model_id, identity, port, cancelled=cancelled)
         except RuntimeFailure as exc:
@@ -398,7 +407,9 @@ class HostActuator:
         if not req.force and record.state is not ResidencyState.FAILED:
             adapter = self._adapter_of(record)
             assert adapter is not None  # an unknown runtime's child was proven dead or fenced
-            seen = adapter.wait_idle(record.port, timeout=self.unload_idle_timeout)
+            seen = residency_wait_idle(
+                adapter, record.model_id, record.port, timeout=self.unload_idle_timeout
+            )
             if seen is None:
                 raise ActionFailure("activity_unknown", "authenticated /slots probe failed")
             if seen.processing:
@@ -419,7 +430,9 @@ class HostActuator:
         gone = (
             record.identity is not None
             and adapter is not None
-            and adapter.stop(record.identity, grace=self.stop_grace)
+            and stop_residency(
+                adapter, record.model_id, record.identity, record.port, grace=self.stop_grace
+            )
         )
         with self._lock:
             current = self.store.residency(record.model_id) or record
@@ -444,7 +457,9 @@ class HostActuator:
             else:
                 self._fence(record, "identity_unproven")
             return
-        if adapter.stop(record.identity, grace=self.stop_grace):
+        if stop_residency(
+            adapter, record.model_id, record.identity, record.port, grace=self.stop_grace
+        ):
             self._released(record, state, message)
         else:
             self._fence(record, "stop_failed: identity unproven or process survived")
@@ -504,8 +519,10 @@ class HostActuator:
             if record.state in _PROCESS_STATES and record.port is not None and not record.fenced:
                 if adapter is None:
                     continue  # its engine kind cannot be probed here; the liveness pass fenced it
-                healthy = adapter.healthy(record.port)
-                seen = adapter.activity(record.port) if healthy else None
+                healthy = residency_healthy(adapter, record.model_id, record.port)
+                seen = (
+                    residency_activity(adapter, record.model_id, record.port) if healthy else None
+                )
                 probes.append((record, healthy, None if seen is None else seen.processing))
                 if seen is not None and seen.queued:
                     queued[record.model_id] = seen.queued
@@ -546,7 +563,7 @@ class HostActuator:
         for record in targets:
             adapter = self._adapter_of(record)
             if record.port is not None and adapter is not None:
-                adapter.wait_idle(record.port, timeout=idle_timeout)
+                residency_wait_idle(adapter, record.model_id, record.port, timeout=idle_timeout)
             with self._lock:
                 current = self.store.residency(record.model_id)
                 if current is None or current.pid != record.pid:

@@ -24,7 +24,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
 
@@ -49,6 +49,7 @@ from gridctl.node.network_state import with_network_rule
 from gridctl.node.processes import observe_identity, stop_proven
 from gridctl.node.protecting import ProtectionLoop
 from gridctl.node.protection import ProtectionPolicy
+from gridctl.node.qualification import qualified_runtimes
 from gridctl.node.records import ProcessIdentity
 from gridctl.node.reports import HostFacts
 from gridctl.node.runtimes.llamacpp import (
@@ -57,6 +58,7 @@ from gridctl.node.runtimes.llamacpp import (
     LlamaCppRuntime,
     default_binary,
 )
+from gridctl.node.runtimes.llamacpp_router import LlamaCppRouterRuntime
 from gridctl.node.sensors import IdleSources, read_sensors
 from gridctl.node.statestore import NodeStateStore
 from gridctl.node.stoprequest import StopRequest
@@ -109,6 +111,7 @@ class NodeConfig:
             throttle_fraction=self.policy.throttle_fraction,
             gpus=probe_gpus(),
             advertise=self.advertise,
+            qualified_runtimes=qualified_runtimes(self.state_dir),
         )
 
 
@@ -148,13 +151,24 @@ def build_node(
             key_file=identity.key_file if identity.key_file.is_file() else None,
             ca_file=identity.ca_file if identity.ca_file.is_file() else None,
         )
+    binary = config.binary or default_binary()
     runtime = LlamaCppRuntime(
-        binary=config.binary or default_binary(),
+        binary=binary,
         key_file=key_file,
         api_key=api_key,
         log_dir=config.state_dir / "logs",
         settings=config.engine,
         network=network,
+    )
+    # the multi-model engine: no process until a warm names its runtime
+    router = LlamaCppRouterRuntime(
+        binary=binary,
+        key_file=key_file,
+        api_key=api_key,
+        log_dir=config.state_dir / "logs",
+        settings=config.engine,
+        network=network,
+        catalog=lambda: {e.model_id: Path(e.path) for e in store.cached_artifacts()},
     )
     cache = ArtifactCache(
         config.artifact_dir or config.state_dir / ARTIFACTS,
@@ -167,11 +181,13 @@ def build_node(
         store=store,
         cache=cache,
         runtime=runtime,
+        other_runtimes=[router],
         ports=config.port_range,
         limits=MemoryLimits(facts.capacity_mb, facts.reserved_mb),
         unload_idle_timeout=config.unload_idle_timeout,
         clock=clock,
     )
+    facts = replace(facts, runtimes=actuator.runtimes.names)  # what this node can start
     agent_ref: list[NodeAgent] = []
     executor = CommandExecutor(actuator, lambda: agent_ref[0].host_state(), clock=clock)
     intake = CommandIntake(store, config.host_id, clock=clock)

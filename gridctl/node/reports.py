@@ -39,6 +39,7 @@ class HostFacts:
     failure_domain: str = "default"
     tags: tuple[str, ...] = ()
     runtimes: tuple[str, ...] = ("llama.cpp",)
+    qualified_runtimes: tuple[str, ...] | None = None  # None: never qualified, not reported
     backends: tuple[str, ...] = ("cpu",)
     external_mb: int | None = None  # None = measure it
     throttle_fraction: float = 1.0  # capacity offered to new placement while throttled
@@ -70,7 +71,10 @@ def external_use_mb(facts: HostFacts, sample: ResourceSample) -> int:
 
 
 def resources(facts: HostFacts, sample: ResourceSample) -> dict[str, object]:
+    claimed = facts.qualified_runtimes
+    qualification = {} if claimed is None else {"qualified_runtimes": list(claimed)}
     return {
+        **qualification,
         "capacity_mb": facts.capacity_mb,
         "reserved_mb": facts.reserved_mb,
         "external_mb": external_use_mb(facts, sample),

@@ -35,6 +35,24 @@ def runtime(profile: ModelProfile, view: HostView) -> Rejection | None:
     return None
 
 
+def runtime_qualified(profile: ModelProfile, view: HostView) -> Rejection | None:
+    """A host that reports qualification offers only runtimes with passing evidence.
+
+    A host that reports no ``qualified_runtimes`` claims nothing: every runtime
+    it lists stays eligible, as before qualification existed.
+    """
+    qualified = view.host.resources.qualified_runtimes
+    if qualified is None:
+        return None
+    offered = [r for r in profile.runtimes if r in view.host.resources.runtimes]
+    if offered and not any(r in qualified for r in offered):
+        return Rejection(
+            RejectionCode.RUNTIME_NOT_QUALIFIED,
+            f"no passing qualification for {', '.join(offered)} on this host",
+        )
+    return None
+
+
 def backend(profile: ModelProfile, view: HostView) -> Rejection | None:
     if profile.backends and set(profile.backends).isdisjoint(view.host.resources.backends):
         return Rejection(RejectionCode.BACKEND, f"needs one of {', '.join(profile.backends)}")
@@ -111,6 +129,7 @@ def gpu_memory(profile: ModelProfile, view: HostView) -> Rejection | None:
 # Filters that depend only on a host's shape (``HostView.shape``), never its id.
 SHAPE_FILTERS: tuple[StaticFilter, ...] = (
     runtime,
+    runtime_qualified,
     backend,
     data_tier,
     required_tags,

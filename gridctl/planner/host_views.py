@@ -156,6 +156,7 @@ def build_host_view(
     new_capacity = int(raw * res.throttle_fraction) if throttled else raw
     key = (
         res.runtimes,
+        res.qualified_runtimes,
         res.backends,
         res.allowed_data_tiers,
         res.tags,
@@ -168,6 +169,7 @@ def build_host_view(
     if shape is None:
         shape = (
             _sorted(res.runtimes),
+            None if res.qualified_runtimes is None else _sorted(res.qualified_runtimes),
             _sorted(res.backends),
             _sorted(res.allowed_data_tiers),
             _sorted(res.tags),

@@ -24,6 +24,7 @@ class RejectionCode(StrEnum):
     HEARTBEAT_FUTURE = "heartbeat_future"
     HOST_UNMANAGED = "host_unmanaged"
     RUNTIME = "runtime"
+    RUNTIME_NOT_QUALIFIED = "runtime_not_qualified"
     BACKEND = "backend"
     DATA_TIER = "data_tier"
     REQUIRED_TAG = "required_tag"
@@ -55,6 +56,7 @@ STATIC_CODES = frozenset(
         RejectionCode.HEARTBEAT_FUTURE,
         RejectionCode.HOST_UNMANAGED,
         RejectionCode.RUNTIME,
+        RejectionCode.RUNTIME_NOT_QUALIFIED,
         RejectionCode.BACKEND,
         RejectionCode.DATA_TIER,
         RejectionCode.REQUIRED_TAG,

@@ -12,10 +12,12 @@ from gridctl.node.runtimes.adapter import (
     LaunchOptions,
     RuntimeAdapter,
     RuntimeFailure,
+    SharedEngineAdapter,
     SpawnJournal,
 )
 from gridctl.node.runtimes.launching import EngineNetwork, EngineSettings
 from gridctl.node.runtimes.llamacpp import LlamaCppRuntime, SlotActivity
+from gridctl.node.runtimes.llamacpp_router import LlamaCppRouterRuntime
 from gridctl.node.runtimes.registry import ADAPTER_KINDS, RuntimeRegistry, UnknownRuntime
 
 __all__ = [
@@ -25,10 +27,12 @@ __all__ = [
     "EngineNetwork",
     "EngineSettings",
     "LaunchOptions",
+    "LlamaCppRouterRuntime",
     "LlamaCppRuntime",
     "RuntimeAdapter",
     "RuntimeFailure",
     "RuntimeRegistry",
+    "SharedEngineAdapter",
     "SlotActivity",
     "SpawnJournal",
     "UnknownRuntime",

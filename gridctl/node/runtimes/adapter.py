@@ -159,6 +159,67 @@ class RuntimeAdapter(Protocol):
         ...
 
 
+@runtime_checkable
+class SharedEngineAdapter(Protocol):
+    """An adapter whose one engine process serves several residencies (a multi-model engine).
+
+    The residencies of such an engine share its PID, port and identity proof, so
+    what the actuator does to *one residency* needs the model's name: these
+    members replace ``healthy``, ``activity``, ``wait_idle`` and ``stop`` for a
+    residency. ``stop(identity)`` still stops the whole process (node shutdown,
+    a fenced or failed warm).
+    """
+
+    def model_healthy(self, model_id: str, port: int) -> bool: ...
+
+    def model_activity(self, model_id: str, port: int) -> EngineActivity | None: ...
+
+    def model_wait_idle(
+        self, model_id: str, port: int, *, timeout: float
+    ) -> EngineActivity | None: ...
+
+    def release(
+        self, model_id: str, identity: ProcessIdentity, port: int, *, grace: float = ...
+    ) -> bool:
+        """Stop serving ``model_id``; the process stops with its last model."""
+        ...
+
+
+def residency_healthy(adapter: RuntimeAdapter, model_id: str, port: int) -> bool:
+    """The periodic probe of one residency (one model of a shared engine)."""
+    if isinstance(adapter, SharedEngineAdapter):
+        return adapter.model_healthy(model_id, port)
+    return adapter.healthy(port)
+
+
+def residency_activity(adapter: RuntimeAdapter, model_id: str, port: int) -> EngineActivity | None:
+    if isinstance(adapter, SharedEngineAdapter):
+        return adapter.model_activity(model_id, port)
+    return adapter.activity(port)
+
+
+def residency_wait_idle(
+    adapter: RuntimeAdapter, model_id: str, port: int, *, timeout: float
+) -> EngineActivity | None:
+    if isinstance(adapter, SharedEngineAdapter):
+        return adapter.model_wait_idle(model_id, port, timeout=timeout)
+    return adapter.wait_idle(port, timeout=timeout)
+
+
+def stop_residency(
+    adapter: RuntimeAdapter,
+    model_id: str,
+    identity: ProcessIdentity,
+    port: int | None,
+    *,
+    grace: float,
+) -> bool:
+    """End one residency: unload its model from a shared engine, else stop its child."""
+    if isinstance(adapter, SharedEngineAdapter) and port is not None:
+        return adapter.release(model_id, identity, port, grace=grace)
+    return adapter.stop(identity, grace=grace)
+
+
 _ABSENT = object()
 
 

@@ -169,6 +169,24 @@ class LlamaCppRuntime:
     def endpoint(self, port: int) -> str:
         return base_url("https" if self.network.tls else "http", self.network.bind, port)
 
+    def engine_version(self) -> str | None:
+        """``llama-server --version``'s version line (qualification evidence); None unknown."""
+        try:
+            shown = subprocess.run(
+                [str(self.binary), "--version"],
+                capture_output=True,
+                env=child_environment(),
+                timeout=30,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        printed = (shown.stdout + b"\n" + shown.stderr).decode("utf-8", "replace")
+        for line in printed.splitlines():
+            if line.startswith("version:"):
+                return line.partition(":")[2].strip()[:200] or None
+        return None
+
     def log_path(self, model_id: str) -> Path:
         return self.log_dir / f"{_UNSAFE_FILE_CHARS.sub('_', model_id)}.log"
 

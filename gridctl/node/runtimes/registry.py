@@ -14,11 +14,13 @@ from collections.abc import Iterable, Iterator, Mapping
 
 from gridctl.node.runtimes.adapter import RuntimeAdapter, RuntimeFailure, contract_gaps
 from gridctl.node.runtimes.llamacpp import LlamaCppRuntime
+from gridctl.node.runtimes.llamacpp_router import LlamaCppRouterRuntime
 
 # Every adapter kind this build ships, by the runtime name profiles declare.
 # The annotation makes mypy check each class against the contract structurally.
 ADAPTER_KINDS: Mapping[str, type[RuntimeAdapter]] = {
     LlamaCppRuntime.name: LlamaCppRuntime,
+    LlamaCppRouterRuntime.name: LlamaCppRouterRuntime,
 }
 
 
