@@ -43,6 +43,7 @@ from gridctl.node.records import ProcessIdentity, ResidencyRecord
 from gridctl.node.runtimes.adapter import (
     RuntimeAdapter,
     RuntimeFailure,
+    SharedEngineAdapter,
     residency_activity,
     residency_healthy,
     residency_wait_idle,
@@ -163,6 +164,10 @@ class HostActuator:
             return self.runtimes.adapter_for(record.runtime)
         except UnknownRuntime:
             return None
+
+    def shares_engine(self, record: ResidencyRecord) -> bool:
+        """Whether this residency's engine serves several models (its slots are node-wide)."""
+        return isinstance(self._adapter_of(record), SharedEngineAdapter)
 
     def _adapter_for(self, req: LifecycleRequest) -> RuntimeAdapter:
         try:

@@ -188,6 +188,7 @@ class NodeAgent:
             transfers=self.actuator.cache.transfers(),
             artifact_mirror=self.artifact_mirror,
             artifact_bytes_fetched=self.actuator.cache.bytes_fetched,
+            shares_engine=self.actuator.shares_engine,
         )
         queued = dict(self.actuator.queued)
         rows = envelope.get("residencies")

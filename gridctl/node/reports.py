@@ -116,6 +116,7 @@ def residency_row(
     *,
     endpoint: str | None,
     max_concurrency: int,
+    shared_engine: bool = False,
 ) -> dict[str, object]:
     row: dict[str, object] = {
         "model_id": record.model_id,
@@ -132,6 +133,8 @@ def residency_row(
     if endpoint is not None:
         row["endpoint"] = endpoint
         row["max_concurrency"] = max_concurrency
+        if shared_engine:  # a node-wide limit: never credited to one model's batch width
+            row["shared_engine"] = True
     return row
 
 
@@ -175,6 +178,7 @@ def allocator_envelope(
     transfers: Sequence[Transfer] = (),
     artifact_mirror: str | None = None,
     artifact_bytes_fetched: int = 0,
+    shares_engine: Callable[[ResidencyRecord], bool] | None = None,
 ) -> dict[str, object]:
     """The allocator envelope; ``protection`` adds the router's concurrency multiplier
     and the local protection reasons (no sensor values leave the host); ``transfers``
@@ -187,7 +191,16 @@ def allocator_envelope(
         if record.state in _ADVERTISED and record.has_process and not record.fenced:
             endpoint = endpoint_of(record)
         advertised = advertised or endpoint is not None
-        rows.append(residency_row(record, now, endpoint=endpoint, max_concurrency=max_concurrency))
+        shared = shares_engine is not None and shares_engine(record)
+        rows.append(
+            residency_row(
+                record,
+                now,
+                endpoint=endpoint,
+                max_concurrency=max_concurrency,
+                shared_engine=shared,
+            )
+        )
     envelope: dict[str, object] = {
         "schema_version": SCHEMA_VERSION,
         "state": state.value,
