@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from gridctl.domain import ModelProfile, ResidencyState
 from gridctl.planner.portfolio import plan_portfolio
-
 from tests.portfolio.builders import box, inputs, model, resident, workload
 
 VIDEO = model("video-gen", {"video": 0.8})
