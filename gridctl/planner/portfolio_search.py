@@ -37,12 +37,13 @@ exploration bonus (the fleet's exploration slot).
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gridctl.demand.learning import WorkloadDemand
-from gridctl.domain import FleetSnapshot, ModelDemand, ModelProfile, Plan
+from gridctl.domain import FleetSnapshot, ModelDemand, ModelProfile, Plan, ResidencyState
 from gridctl.planner.portfolio_scan import (
     deny,
     protected_models,
@@ -60,6 +61,7 @@ from gridctl.planner.portfolio_types import (
 
 Mapping_ = tuple[tuple[str, str | None], ...]
 SUBSET_ENUMERATION_LIMIT = 4096
+_LIVE = frozenset({ResidencyState.READY, ResidencyState.LOADING, ResidencyState.WARMING})
 
 
 @dataclass
@@ -74,6 +76,17 @@ class SearchState:
     runs: int = 0
     scarce: bool = True  # slots are scarce: spare slots rank before utility
     shut_out: frozenset[str] = frozenset()  # admitted workloads no compatible model can reach
+
+    @functools.cached_property
+    def live(self) -> frozenset[str]:
+        """Models with a ready or starting managed copy on an admitting host."""
+        return frozenset(
+            r.model_id
+            for h in self.inputs.snapshot.hosts
+            if h.state.admits_new_work
+            for r in h.residencies
+            if r.state in _LIVE
+        )
 
     @property
     def budget_left(self) -> bool:
@@ -260,9 +273,9 @@ def judge(state: SearchState, mapping: Mapping_, plan: Plan) -> Evaluation:
         if row is not None and w in covered:
             utility += row.utility
             transition += row.transition_penalty
-    used = {m for w, m in mapping if w in covered}
+    used = {m for w, m in mapping if m is not None and w in covered}
     objective = _objective(
-        state, covered, float(len(used)), float(missing), round(utility, 9), round(transition, 9)
+        state, covered, used, float(missing), round(utility, 9), round(transition, 9)
     )
     return Evaluation(mapping, True, objective, tuple(covered))
 
@@ -270,21 +283,31 @@ def judge(state: SearchState, mapping: Mapping_, plan: Plan) -> Evaluation:
 def _objective(
     state: SearchState,
     covered: Sequence[str],
-    used: float,
+    used: set[str],
     missing: float,
     utility: float,
     transition: float,
 ) -> tuple[float, ...]:
-    """The lexicographic objective; spare slots rank before utility only where scarce."""
+    """The lexicographic objective; spare slots rank before utility only where scarce.
+
+    A spare slot is kept by not loading another model. While no admitted workload is shut
+    out, a model already live (ready or starting) holds its slot whichever portfolio is
+    chosen this tick, and draining it frees a slot nobody asked for: there the slots a
+    portfolio costs are the models it would newly start, and fewer models overall only
+    breaks ties after utility. A shut-out workload needs a slot released, so there every
+    model counts, and consolidation frees one."""
     served = (
         float(len(covered)),
         round(sum(state.demand[w].failures for w in covered), 9),
         round(sum(state.demand[w].offered_concurrency for w in covered), 9),
         round(sum(state.demand[w].requests_per_minute for w in covered), 9),
     )
+    count = float(len(used))
     if state.scarce:
-        return (*served, -used, -missing, utility, -transition)
-    return (*served, -missing, utility, -used, -transition)
+        # a shut-out workload needs a slot released, so there every model counts
+        cost = count if state.shut_out else float(len(used - state.live))
+        return (*served, -cost, -missing, utility, -count, -transition)
+    return (*served, -missing, utility, -count, -transition)
 
 
 def _counts(plan: Plan) -> dict[str, int]:
@@ -303,7 +326,7 @@ def optimistic(state: SearchState, mapping: Mapping_) -> tuple[float, ...]:
         if row is not None:
             utility += row.utility
             transition += row.transition_penalty
-    used = float(len({m for _, m in mapping if m is not None}))
+    used = {m for _, m in mapping if m is not None}
     return _objective(state, covered, used, 0.0, round(utility, 9), round(transition, 9))
 
 

@@ -272,6 +272,35 @@ def test_roomy_fleet_does_not_collapse_onto_a_shared_generalist() -> None:
     assert set(dict(scarce.mapping).values()) == {"general-7b"}
 
 
+def test_a_scarce_fleet_does_not_drain_live_specialists_for_slots_nobody_needs() -> None:
+    """Three one-slot boxes, four workloads, the specialists already serving: the spare slots
+    the scarce order keeps are the models a portfolio would newly start. Collapsing coding
+    and research onto the generalist would only drain live specialists; no admitted
+    workload waits for the slots, so each keeps its better model."""
+    profiles = (
+        model("coder-7b", {"coding": 0.95}),
+        model("research-7b", {"research": 0.95}),
+        model("general-7b", {"coding": 0.3, "research": 0.4, "general": 0.9, "sales": 0.8}),
+    )
+    workloads = (workload("coding"), workload("research"), workload("general"), workload("sales"))
+    live = (
+        box("b1", slots=1, residencies=(resident("coder-7b"),)),
+        box("b2", slots=1, residencies=(resident("research-7b"),)),
+        box("b3", slots=1, residencies=(resident("general-7b"),)),
+    )
+    kept = plan_portfolio(inputs(profiles, live, workloads))
+    assert dict(kept.mapping) == {
+        "coding": "coder-7b",
+        "general": "general-7b",
+        "research": "research-7b",
+        "sales": "general-7b",
+    }
+    # the same fleet with nothing live: each specialist started costs a slot
+    empty = tuple(replace(h, residencies=()) for h in live)
+    fresh = plan_portfolio(inputs(profiles, empty, workloads))
+    assert set(dict(fresh.mapping).values()) == {"general-7b"}
+
+
 def test_an_external_endpoint_does_not_make_a_scarce_fleet_roomy() -> None:
     """An endpoint that can host no managed model adds no serving slot."""
     profiles = specialists_and_generalist()
