@@ -169,7 +169,6 @@ def build_host_view(
     if shape is None:
         shape = (
             _sorted(res.runtimes),
-            None if res.qualified_runtimes is None else _sorted(res.qualified_runtimes),
             _sorted(res.backends),
             _sorted(res.allowed_data_tiers),
             _sorted(res.tags),
@@ -177,6 +176,8 @@ def build_host_view(
             _sorted(res.denied_models),
             res.gpu_count,
             res.gpu_memory_mb,
+            # last, so the positions the eligibility classes read stay where they were
+            None if res.qualified_runtimes is None else _sorted(res.qualified_runtimes),
         )
         if shapes is not None:
             shapes[key] = shape

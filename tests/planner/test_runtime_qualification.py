@@ -132,3 +132,19 @@ def test_no_placement_on_a_runtime_without_evidence(
         for row in explanation.candidates:
             if row.rejection == "runtime_not_qualified":
                 assert by_id[row.host_id].resources.qualified_runtimes is not None
+
+
+@pytest.mark.parametrize("qualified", [None, ("llama.cpp",)])
+@pytest.mark.parametrize("listed", ["denied_models", "allowed_models"])
+def test_allow_and_deny_lists_hold_beside_qualification(
+    qualified: tuple[str, ...] | None, listed: str
+) -> None:
+    """Qualification joins the host's shape without moving the allow and deny lists the
+    class search reads: a model a host denies (or does not allow) never goes there."""
+    names = ("chat",) if listed == "denied_models" else ("other",)
+    hosts = (
+        host("listed", 16384, qualified_runtimes=qualified, **{listed: names}),
+        host("open", 16384, qualified_runtimes=qualified),
+    )
+    plan = plan_placement([baseline("chat", 2048, replicas=2)], fleet(*hosts))
+    assert [a.host_id for a in plan.assignments] == ["open"]
