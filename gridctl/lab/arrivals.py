@@ -52,6 +52,10 @@ TEXTS: dict[str, tuple[str, ...]] = {
         "explain this in simpler words",
     ),
 }
+# request sizes as shared int objects: at the maxima the trace holds millions of
+# arrivals and Python caches only the ints up to 256
+INPUT_UNITS = tuple(range(50, 450))
+OUTPUT_UNITS = tuple(range(20, 320))
 ENDPOINTS = {
     "image": ("image", "image"),
     "video": ("video", "video"),
@@ -169,8 +173,8 @@ def generate(
                         text=text,
                         model=model,
                         session=session,
-                        input_units=50 + below(400),
-                        output_units=20 + below(300),
+                        input_units=INPUT_UNITS[below(400)],
+                        output_units=OUTPUT_UNITS[below(300)],
                     )
                 )
         rows.sort(key=lambda a: (a.t, a.user_id))
