@@ -17,6 +17,18 @@ are the same bytes. The speed-up is only measured here, never asserted.
 
     python benchmarks/lab.py --sweep [--sweep-machines 2,4] [--sweep-seeds 1-4]
                              [--models 4] [--users 20] [--duration 20m] [--jobs 2]
+
+``--maxima`` times the specification's maxima in a fresh process: ``gridctl lab
+scenario --machines 64 --models 32 --users 10000 --duration 24h --json``
+(acceptance: <= 60 s on the development machine), printing wall-clock, CPU and
+peak memory (``--duration`` shortens it to extrapolate). ``--graduation``
+times the 80-cell sweep ``gridctl lab graduate --machines 2,4,8,16 --seeds
+7001-7020 --duration 2h --json`` (acceptance: <= 10 minutes) the same way.
+Times are printed, never asserted.
+
+    python benchmarks/lab.py --maxima [--duration 24h]
+    python benchmarks/lab.py --graduation [--sweep-machines 2,4,8,16]
+                             [--sweep-seeds 7001-7020] [--duration 2h] [--jobs 2]
 """
 
 from __future__ import annotations
@@ -50,6 +62,12 @@ def one_run(argv: list[str]) -> tuple[float, float, str]:
 
 def fresh_process(argv: list[str]) -> tuple[float, float, str]:
     """Wall-clock and CPU seconds (workers included) and stdout of ``gridctl ARGV``."""
+    wall, used, _, out = measured_process(argv)
+    return wall, used, out
+
+
+def measured_process(argv: list[str]) -> tuple[float, float, float, str]:
+    """``fresh_process`` plus the peak resident memory (MB) of the largest child so far."""
     root = Path(__file__).resolve().parents[1]
     env = {
         **os.environ,
@@ -69,7 +87,56 @@ def fresh_process(argv: list[str]) -> tuple[float, float, str]:
     used = after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime
     if done.returncode not in (0, 1):  # 1: a gate failed, which is still a measured run
         raise SystemExit(f"gridctl {' '.join(argv)} exited {done.returncode}: {done.stderr}")
-    return wall, used, done.stdout
+    peak_mb = after.ru_maxrss / 1024.0  # kilobytes on Linux
+    return wall, used, peak_mb, done.stdout
+
+
+def maxima(args: argparse.Namespace) -> None:
+    """The specification's largest scenario, once, in a fresh process."""
+    argv = [
+        "lab",
+        "scenario",
+        "--machines",
+        args.machines if args.machines != "16" else "64",
+        "--models",
+        args.models or "32",
+        "--users",
+        args.users or "10000",
+        "--duration",
+        args.duration or "24h",
+        "--strategy",
+        args.strategy,
+        "--json",
+    ]
+    wall, cpu, peak_mb, out = measured_process(argv)
+    digest = hashlib.sha256(out.encode()).hexdigest()[:16]
+    load = os.getloadavg()[0]
+    print(f"gridctl {' '.join(argv)}")
+    print(f"wall {wall:.2f} s, cpu {cpu:.2f} s, peak memory {peak_mb:.0f} MB, report {digest}")
+    print(f"target <= 60 s wall for 24h; load average {load:.2f}")
+
+
+def graduation(args: argparse.Namespace) -> None:
+    """The acceptance sweep (4 fleet sizes x 20 seeds = 80 cells), in a fresh process."""
+    argv = [
+        "lab",
+        "graduate",
+        "--machines",
+        args.sweep_machines if args.sweep_machines != "2,4" else "2,4,8,16",
+        "--seeds",
+        args.sweep_seeds if args.sweep_seeds != "1-4" else "7001-7020",
+        "--duration",
+        args.duration or "2h",
+        "--jobs",
+        str(args.jobs),
+        "--json",
+    ]
+    wall, cpu, peak_mb, out = measured_process(argv)
+    digest = hashlib.sha256(out.encode()).hexdigest()[:16]
+    load = os.getloadavg()[0]
+    print(f"gridctl {' '.join(argv)}")
+    print(f"wall {wall:.2f} s, cpu {cpu:.2f} s, peak memory {peak_mb:.0f} MB, report {digest}")
+    print(f"target <= 600 s wall; {os.cpu_count()} cores, load average {load:.2f}")
 
 
 def sweep(args: argparse.Namespace) -> None:
@@ -114,7 +181,15 @@ def run() -> None:
     parser.add_argument("--sweep-machines", default="2,4")
     parser.add_argument("--sweep-seeds", default="1-4")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--maxima", action="store_true", help="time 64 x 32 x 10000 x 24h")
+    parser.add_argument("--graduation", action="store_true", help="time the 80-cell sweep")
     args = parser.parse_args()
+    if args.maxima:
+        maxima(args)
+        return
+    if args.graduation:
+        graduation(args)
+        return
     if args.sweep:
         sweep(args)
         return

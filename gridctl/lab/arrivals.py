@@ -10,10 +10,11 @@ compared on: every run re-hashes the arrivals it actually consumed.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gridctl.lab.population import STAGE_SHARE, User
+from gridctl.lab.population import STAGE_MINUTES, STAGE_SHARE, User
 from gridctl.lab.rng import Stream
 
 MINUTE = 60.0
@@ -51,6 +52,10 @@ TEXTS: dict[str, tuple[str, ...]] = {
         "explain this in simpler words",
     ),
 }
+# request sizes as shared int objects: at the maxima the trace holds millions of
+# arrivals and Python caches only the ints up to 256
+INPUT_UNITS = tuple(range(50, 450))
+OUTPUT_UNITS = tuple(range(20, 320))
 ENDPOINTS = {
     "image": ("image", "image"),
     "video": ("video", "video"),
@@ -98,39 +103,78 @@ def generate(
     start: float,
     baseline_model: str,
 ) -> tuple[tuple[Arrival, ...], ...]:
-    """Every arrival, grouped by minute (in time order within a minute)."""
+    """Every arrival, grouped by minute (in time order within a minute).
+
+    The draws are made in one fixed order (per minute, per user: the count, then
+    each arrival's workload, text, time and sizes). At the maxima this loop runs
+    14.4 million user-minutes, so what does not depend on the user is computed
+    once per minute and (persona, stage) instead: the weights, their sum, the
+    Poisson mean and its ``exp(-mean)``; the arithmetic is the same, so the
+    trace is the same to the bit.
+    """
     stream = Stream(seed, "arrivals")
+    uniform, below, weighted = stream.uniform, stream.below, stream.weighted
+    knuth, poisson = stream.knuth_poisson, stream.poisson
     names = sorted(curves)
     index = {w: i for i, w in enumerate(names)}
-    bases = [_base_weights(user, names) for user in users]
+    kinds = [(ENDPOINTS.get(w, ("chat", "text")), TEXTS.get(w, ("",))) for w in names]
+    bases = {id(u.persona): _base_weights(u, names) for u in users}
+    plans = [
+        (
+            u,
+            id(u.persona),
+            u.persona.rate_per_minute,
+            baseline_model if u.persona.names_model else None,
+            u.project.stages,
+            len(u.project.stages),
+            u.project.offset,
+            f"{u.project.project_id}/{u.user_id}/",
+        )
+        for u in users
+    ]
+    cycle_minutes = STAGE_MINUTES
     by_minute: list[tuple[Arrival, ...]] = []
     for minute in range(minutes):
         rows: list[Arrival] = []
         factors = [curves[w][minute] for w in names]
-        for user, (base, follow) in zip(users, bases, strict=True):
-            stage, cycle = user.stage_at(minute)
-            weights = list(base)
-            weights[index[stage]] += follow
-            weights = [w * f for w, f in zip(weights, factors, strict=True)]
-            count = stream.poisson(user.persona.rate_per_minute * sum(weights))
+        mixes: dict[tuple[int, str], tuple[list[float], float, float, float]] = {}
+        for user, persona, rate, model, stages, length, offset, prefix in plans:
+            position = minute + offset
+            stage = stages[(position // cycle_minutes) % length]
+            mix = mixes.get((persona, stage))
+            if mix is None:
+                base, follow = bases[persona]
+                weights = list(base)
+                weights[index[stage]] += follow
+                weights = [w * f for w, f in zip(weights, factors, strict=True)]
+                total = sum(weights)
+                lam = rate * total
+                limit = math.exp(-lam) if 0 < lam <= 30 else 0.0
+                mix = mixes[(persona, stage)] = (weights, total, lam, limit)
+            weights, total, lam, limit = mix
+            if lam <= 0:
+                continue
+            count = knuth(limit) if lam <= 30 else poisson(lam)
+            if not count:
+                continue
+            session = f"{prefix}{position // (cycle_minutes * length)}"
             for _ in range(count):
-                workload = names[stream.weighted(weights)]
-                endpoint, modality = ENDPOINTS.get(workload, ("chat", "text"))
-                texts = TEXTS.get(workload, ("",))
-                text = texts[stream.below(len(texts))] if endpoint == "chat" else ""
+                chosen = weighted(weights, total)
+                (endpoint, modality), texts = kinds[chosen]
+                text = texts[below(len(texts))] if endpoint == "chat" else ""
                 rows.append(
                     Arrival(
                         minute=minute,
-                        t=round(start + MINUTE * (minute + stream.uniform()), 6),
+                        t=round(start + MINUTE * (minute + uniform()), 6),
                         user_id=user.user_id,
-                        intent=workload,
+                        intent=names[chosen],
                         endpoint=endpoint,
                         modality=modality,
                         text=text,
-                        model=baseline_model if user.persona.names_model else None,
-                        session=f"{user.project.project_id}/{user.user_id}/{cycle}",
-                        input_units=50 + stream.below(400),
-                        output_units=20 + stream.below(300),
+                        model=model,
+                        session=session,
+                        input_units=INPUT_UNITS[below(400)],
+                        output_units=OUTPUT_UNITS[below(300)],
                     )
                 )
         rows.sort(key=lambda a: (a.t, a.user_id))
@@ -139,8 +183,15 @@ def generate(
 
 
 def trace_digest(arrivals: Iterable[Arrival]) -> str:
+    """SHA-256 of every arrival's line, each ending in a newline (hashed in chunks:
+    the digest of a byte stream does not depend on how it is split)."""
     digest = hashlib.sha256()
+    chunk: list[str] = []
     for arrival in arrivals:
-        digest.update(arrival.line().encode())
-        digest.update(b"\n")
+        chunk.append(arrival.line())
+        if len(chunk) >= 4096:
+            digest.update(("\n".join(chunk) + "\n").encode())
+            chunk.clear()
+    if chunk:
+        digest.update(("\n".join(chunk) + "\n").encode())
     return digest.hexdigest()

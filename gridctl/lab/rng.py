@@ -12,6 +12,7 @@ import hashlib
 import math
 
 _MASK = (1 << 64) - 1
+_UNIT = 1.0 / (1 << 53)
 
 
 class Stream:
@@ -31,8 +32,11 @@ class Stream:
         return z ^ (z >> 31)
 
     def uniform(self) -> float:
-        """A float in [0, 1)."""
-        return (self.next_u64() >> 11) * (1.0 / (1 << 53))
+        """A float in [0, 1) (``next_u64`` inlined: the lab draws millions of these)."""
+        z = self._state = (self._state + 0x9E3779B97F4A7C15) & _MASK
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+        return ((z ^ (z >> 31)) >> 11) * _UNIT
 
     def below(self, n: int) -> int:
         """An integer in [0, n)."""
@@ -47,16 +51,23 @@ class Stream:
             u2 = self.uniform()
             normal = math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2)
             return max(0, round(lam + math.sqrt(lam) * normal))
-        limit = math.exp(-lam)
-        k, p = 0, self.uniform()
+        return self.knuth_poisson(math.exp(-lam))
+
+    def knuth_poisson(self, limit: float) -> int:
+        """Knuth's Poisson draw for a mean ``lam`` <= 30 given ``limit = exp(-lam)``
+        (a caller drawing many times with one mean computes the limit once)."""
+        uniform = self.uniform
+        k, p = 0, uniform()
         while p > limit:
             k += 1
-            p *= self.uniform()
+            p *= uniform()
         return k
 
-    def weighted(self, weights: list[float]) -> int:
-        """An index drawn with probability proportional to ``weights``."""
-        total = sum(weights)
+    def weighted(self, weights: list[float], total: float | None = None) -> int:
+        """An index drawn with probability proportional to ``weights`` (``total``, when
+        given, must be ``sum(weights)``: a caller reusing one list sums it once)."""
+        if total is None:
+            total = sum(weights)
         x = self.uniform() * total
         for i, w in enumerate(weights):
             x -= w

@@ -25,7 +25,7 @@ from gridctl.lab.nodes import SimNode
 STATUS = {"ok": 200, "error": 502, "rejected": 503}  # as the router answers
 
 
-@dataclass
+@dataclass(slots=True)
 class Replica:
     host_id: str
     model_id: str
@@ -34,7 +34,7 @@ class Replica:
     used: int = 0
 
 
-@dataclass
+@dataclass(slots=True)
 class Served:
     """One request's fate, for scoring."""
 
@@ -126,7 +126,11 @@ def serve_minute(
         choices = pool.get(target or "", [])
         outcome, latency, model, host, queue = "rejected", 0.0, None, None, 0
         if choices:
-            replica = min(choices, key=lambda r: (r.used / r.capacity, r.host_id))
+            replica = (
+                choices[0]
+                if len(choices) == 1
+                else min(choices, key=lambda r: (r.used / r.capacity, r.host_id))
+            )
             model, host = replica.model_id, replica.host_id
             replica.used += 1
             load = replica.used / replica.capacity

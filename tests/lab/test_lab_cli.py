@@ -34,7 +34,7 @@ def test_scenario_table_and_timeline(capsys: pytest.CaptureFixture[str]) -> None
     [
         (["--machines", "0"], "--machines must be between 1 and 64"),
         (["--machines", "x"], "--machines 'x' is not an integer"),
-        (["--models", "17"], "--models must be between 1 and 16"),
+        (["--models", "33"], "--models must be between 1 and 32"),
         (["--duration", "2 weeks"], "--duration '2 weeks'"),
         (["--workload-trace", "coding"], "use WORKLOAD=CSV"),
         (["--workload-trace", "cooking=x.csv"], "unknown workload 'cooking'"),
