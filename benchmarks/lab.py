@@ -108,12 +108,18 @@ def maxima(args: argparse.Namespace) -> None:
         args.strategy,
         "--json",
     ]
+    print_measured(argv, "target <= 60 s wall for 24h")
+
+
+def print_measured(argv: list[str], target: str) -> None:
+    """Run ``gridctl ARGV`` in a fresh process and print its wall, CPU, peak memory, the
+    report's digest (same digest, same report) and the load average beside ``target``."""
     wall, cpu, peak_mb, out = measured_process(argv)
     digest = hashlib.sha256(out.encode()).hexdigest()[:16]
     load = os.getloadavg()[0]
     print(f"gridctl {' '.join(argv)}")
     print(f"wall {wall:.2f} s, cpu {cpu:.2f} s, peak memory {peak_mb:.0f} MB, report {digest}")
-    print(f"target <= 60 s wall for 24h; load average {load:.2f}")
+    print(f"{target}; load average {load:.2f}")
 
 
 def graduation(args: argparse.Namespace) -> None:
@@ -131,12 +137,7 @@ def graduation(args: argparse.Namespace) -> None:
         str(args.jobs),
         "--json",
     ]
-    wall, cpu, peak_mb, out = measured_process(argv)
-    digest = hashlib.sha256(out.encode()).hexdigest()[:16]
-    load = os.getloadavg()[0]
-    print(f"gridctl {' '.join(argv)}")
-    print(f"wall {wall:.2f} s, cpu {cpu:.2f} s, peak memory {peak_mb:.0f} MB, report {digest}")
-    print(f"target <= 600 s wall; {os.cpu_count()} cores, load average {load:.2f}")
+    print_measured(argv, f"target <= 600 s wall; {os.cpu_count()} cores")
 
 
 def sweep(args: argparse.Namespace) -> None:
