@@ -59,6 +59,13 @@ from gridctl.node.runtimes.llamacpp import (
     default_binary,
 )
 from gridctl.node.runtimes.llamacpp_router import LlamaCppRouterRuntime
+from gridctl.node.runtimes.vllm import (
+    VllmRuntime,
+    configured_niceness,
+    configured_python,
+    configured_ready_timeout,
+    vllm_settings,
+)
 from gridctl.node.sensors import IdleSources, read_sensors
 from gridctl.node.statestore import NodeStateStore
 from gridctl.node.stoprequest import StopRequest
@@ -70,6 +77,7 @@ DATABASE = "node.sqlite3"
 DAEMON_RECORD = "daemon.json"
 LOCK_FILE = "daemon.lock"
 ARTIFACTS = "artifacts"
+VLLM_MODELS = "vllm-models"  # GGUFs converted for vLLM, one directory per artifact digest
 
 
 @dataclass(frozen=True)
@@ -96,6 +104,8 @@ class NodeConfig:
     artifact_peer_ca: Path | None = None  # verifies https peers (the fleet CA)
     policy: ProtectionPolicy = field(default_factory=ProtectionPolicy)  # NodePolicy thresholds
     advertise: str | None = None  # engines bind this address and serve TLS (a joined node)
+    # the vLLM virtualenv's interpreter; None: $GRIDCTL_VLLM_PYTHON, else no vllm runtime
+    vllm_python: Path | None = None
 
     def facts(self) -> HostFacts:
         capacity = self.capacity_mb
@@ -181,7 +191,7 @@ def build_node(
         store=store,
         cache=cache,
         runtime=runtime,
-        other_runtimes=[router],
+        other_runtimes=[router, *optional_runtimes(config, key_file, api_key, network)],
         ports=config.port_range,
         limits=MemoryLimits(facts.capacity_mb, facts.reserved_mb),
         unload_idle_timeout=config.unload_idle_timeout,
@@ -227,6 +237,29 @@ def build_node(
     )
     agent_ref.append(agent)
     return NodeParts(store, actuator, executor, intake, agent, protection, idle_fallback)
+
+
+def optional_runtimes(
+    config: NodeConfig, key_file: Path, api_key: str, network: EngineNetwork
+) -> list[VllmRuntime]:
+    """The engines an operator installs apart from the project's own: vLLM when its
+    interpreter is named (``vllm_python`` or ``$GRIDCTL_VLLM_PYTHON``), else none, and
+    the runtime is then absent from the heartbeat's inventory."""
+    python = config.vllm_python or configured_python()
+    if python is None:
+        return []
+    return [
+        VllmRuntime(
+            python=python,
+            key_file=key_file,
+            api_key=api_key,
+            log_dir=config.state_dir / "logs",
+            models_dir=config.state_dir / VLLM_MODELS,
+            settings=vllm_settings(config.engine, configured_ready_timeout()),
+            network=network,
+            niceness=configured_niceness(),
+        )
+    ]
 
 
 def _silence(agent_ref: list[NodeAgent]) -> float | None:
