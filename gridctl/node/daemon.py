@@ -59,13 +59,7 @@ from gridctl.node.runtimes.llamacpp import (
     default_binary,
 )
 from gridctl.node.runtimes.llamacpp_router import LlamaCppRouterRuntime
-from gridctl.node.runtimes.vllm import (
-    VllmRuntime,
-    configured_niceness,
-    configured_python,
-    configured_ready_timeout,
-    vllm_settings,
-)
+from gridctl.node.runtimes.vllm_config import configured_runtime
 from gridctl.node.sensors import IdleSources, read_sensors
 from gridctl.node.statestore import NodeStateStore
 from gridctl.node.stoprequest import StopRequest
@@ -77,7 +71,6 @@ DATABASE = "node.sqlite3"
 DAEMON_RECORD = "daemon.json"
 LOCK_FILE = "daemon.lock"
 ARTIFACTS = "artifacts"
-VLLM_MODELS = "vllm-models"  # GGUFs converted for vLLM, one directory per artifact digest
 
 
 @dataclass(frozen=True)
@@ -180,6 +173,15 @@ def build_node(
         network=network,
         catalog=lambda: {e.model_id: Path(e.path) for e in store.cached_artifacts()},
     )
+    # vLLM, an optional engine: only when its interpreter is named
+    vllm = configured_runtime(
+        config.state_dir,
+        config.engine,
+        key_file=key_file,
+        api_key=api_key,
+        network=network,
+        python=config.vllm_python,
+    )
     cache = ArtifactCache(
         config.artifact_dir or config.state_dir / ARTIFACTS,
         store,
@@ -191,7 +193,7 @@ def build_node(
         store=store,
         cache=cache,
         runtime=runtime,
-        other_runtimes=[router, *optional_runtimes(config, key_file, api_key, network)],
+        other_runtimes=[router, *([vllm] if vllm is not None else [])],
         ports=config.port_range,
         limits=MemoryLimits(facts.capacity_mb, facts.reserved_mb),
         unload_idle_timeout=config.unload_idle_timeout,
@@ -237,29 +239,6 @@ def build_node(
     )
     agent_ref.append(agent)
     return NodeParts(store, actuator, executor, intake, agent, protection, idle_fallback)
-
-
-def optional_runtimes(
-    config: NodeConfig, key_file: Path, api_key: str, network: EngineNetwork
-) -> list[VllmRuntime]:
-    """The engines an operator installs apart from the project's own: vLLM when its
-    interpreter is named (``vllm_python`` or ``$GRIDCTL_VLLM_PYTHON``), else none, and
-    the runtime is then absent from the heartbeat's inventory."""
-    python = config.vllm_python or configured_python()
-    if python is None:
-        return []
-    return [
-        VllmRuntime(
-            python=python,
-            key_file=key_file,
-            api_key=api_key,
-            log_dir=config.state_dir / "logs",
-            models_dir=config.state_dir / VLLM_MODELS,
-            settings=vllm_settings(config.engine, configured_ready_timeout()),
-            network=network,
-            niceness=configured_niceness(),
-        )
-    ]
 
 
 def _silence(agent_ref: list[NodeAgent]) -> float | None:

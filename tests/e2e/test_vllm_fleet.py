@@ -32,7 +32,8 @@ import pytest
 from openai import OpenAI
 from openai.types.chat import ChatCompletionMessageParam
 
-from gridctl.node.runtimes.vllm import LAUNCHER, PYTHON_ENV
+from gridctl.node.runtimes.vllm import LAUNCHER
+from gridctl.node.runtimes.vllm_config import PYTHON_ENV
 from tests.e2e.harness import GEMMA, ROOT, ApiFleet, make_api_fleet, profile_yaml, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(2400)]

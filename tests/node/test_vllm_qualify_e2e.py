@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from gridctl.node.qualification import STEP_NAMES, evidence_path, qualified_runtimes
-from gridctl.node.runtimes.vllm import PYTHON_ENV
+from gridctl.node.runtimes.vllm_config import PYTHON_ENV
 from gridctl.node.runtimes.vllm_models import MARKER
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

@@ -15,20 +15,22 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gridctl.errors import PermanentError
-from gridctl.node.daemon import NodeConfig, optional_runtimes
 from gridctl.node.runtimes.adapter import LaunchOptions, RuntimeAdapter, RuntimeFailure
 from gridctl.node.runtimes.launching import EngineNetwork, EngineSettings
 from gridctl.node.runtimes.registry import ADAPTER_KINDS
 from gridctl.node.runtimes.vllm import (
     LAUNCHER,
-    PYTHON_ENV,
-    READY_TIMEOUT_ENV,
     VllmRuntime,
     activity_from_metrics,
+    metric_total,
+)
+from gridctl.node.runtimes.vllm_config import (
+    PYTHON_ENV,
+    READY_TIMEOUT_ENV,
     configured_niceness,
     configured_python,
     configured_ready_timeout,
-    metric_total,
+    configured_runtime,
 )
 
 FIXTURES = Path(__file__).with_name("fixtures")
@@ -168,15 +170,19 @@ def test_no_interpreter_named_means_no_vllm_runtime(tmp_path: Path) -> None:
         configured_niceness({"GRIDCTL_VLLM_NICE": "40"})
 
 
-def test_the_node_offers_vllm_only_when_configured(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    config = NodeConfig("h", "http://127.0.0.1:1", tmp_path / "t", tmp_path / "state")
-    monkeypatch.delenv(PYTHON_ENV, raising=False)
-    assert optional_runtimes(config, tmp_path / "k", KEY, EngineNetwork()) == []
-    monkeypatch.setenv(PYTHON_ENV, sys.executable)
-    monkeypatch.setenv(READY_TIMEOUT_ENV, "420")
-    (found,) = optional_runtimes(config, tmp_path / "k", KEY, EngineNetwork())
+def test_the_node_offers_vllm_only_when_configured(tmp_path: Path) -> None:
+    def build(environ: dict[str, str]) -> VllmRuntime | None:
+        return configured_runtime(
+            tmp_path / "state",
+            EngineSettings(),
+            key_file=tmp_path / "k",
+            api_key=KEY,
+            network=EngineNetwork(),
+            environ=environ,
+        )
+
+    assert build({}) is None
+    found = build({PYTHON_ENV: sys.executable, READY_TIMEOUT_ENV: "420"})
     assert isinstance(found, RuntimeAdapter) and found.name == "vllm"
     assert found.settings.ready_timeout == 420.0
     assert found.models.root == tmp_path / "state" / "vllm-models"

