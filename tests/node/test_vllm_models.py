@@ -134,3 +134,21 @@ def test_the_subprocess_converter_reports_the_converters_own_error(tmp_path: Pat
     assert "not-a.gguf exited with" in str(failed.value) and log.read_text()
     assert models.published(SHA) is None
     assert not list((tmp_path / "cache").glob(".staging-*"))
+
+
+def test_bos_is_added_by_the_saved_tokenizer_only_when_the_gguf_asks(tmp_path: Path) -> None:
+    """The converted Gemma tokenizer does not prepend ``<bos>`` although its GGUF says to
+    (checked with the real tokenizer: ids [10979] for "Hi" before, [2, 10979] after)."""
+    from gridctl.node.runtimes.vllm_convert import ensure_bos
+
+    saved = {"model": {"type": "BPE"}, "post_processor": None}
+    (tmp_path / "tokenizer.json").write_text(json.dumps(saved))
+    ensure_bos(tmp_path, False, 2, "<bos>")
+    assert json.loads((tmp_path / "tokenizer.json").read_text()) == saved
+    ensure_bos(tmp_path, True, 2, "<bos>")
+    written = json.loads((tmp_path / "tokenizer.json").read_text())
+    processor = written["post_processor"]
+    assert processor["type"] == "TemplateProcessing"
+    assert processor["single"][0] == {"SpecialToken": {"id": "<bos>", "type_id": 0}}
+    assert processor["special_tokens"]["<bos>"]["ids"] == [2]
+    assert written["model"] == saved["model"]
