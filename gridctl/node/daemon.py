@@ -59,6 +59,7 @@ from gridctl.node.runtimes.llamacpp import (
     default_binary,
 )
 from gridctl.node.runtimes.llamacpp_router import LlamaCppRouterRuntime
+from gridctl.node.runtimes.vllm_config import configured_runtime
 from gridctl.node.sensors import IdleSources, read_sensors
 from gridctl.node.statestore import NodeStateStore
 from gridctl.node.stoprequest import StopRequest
@@ -96,6 +97,8 @@ class NodeConfig:
     artifact_peer_ca: Path | None = None  # verifies https peers (the fleet CA)
     policy: ProtectionPolicy = field(default_factory=ProtectionPolicy)  # NodePolicy thresholds
     advertise: str | None = None  # engines bind this address and serve TLS (a joined node)
+    # the vLLM virtualenv's interpreter; None: $GRIDCTL_VLLM_PYTHON, else no vllm runtime
+    vllm_python: Path | None = None
 
     def facts(self) -> HostFacts:
         capacity = self.capacity_mb
@@ -170,6 +173,15 @@ def build_node(
         network=network,
         catalog=lambda: {e.model_id: Path(e.path) for e in store.cached_artifacts()},
     )
+    # vLLM, an optional engine: only when its interpreter is named
+    vllm = configured_runtime(
+        config.state_dir,
+        config.engine,
+        key_file=key_file,
+        api_key=api_key,
+        network=network,
+        python=config.vllm_python,
+    )
     cache = ArtifactCache(
         config.artifact_dir or config.state_dir / ARTIFACTS,
         store,
@@ -181,7 +193,7 @@ def build_node(
         store=store,
         cache=cache,
         runtime=runtime,
-        other_runtimes=[router],
+        other_runtimes=[router, *([vllm] if vllm is not None else [])],
         ports=config.port_range,
         limits=MemoryLimits(facts.capacity_mb, facts.reserved_mb),
         unload_idle_timeout=config.unload_idle_timeout,

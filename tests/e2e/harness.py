@@ -324,6 +324,7 @@ class ApiFleet(Fleet):
     node_processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     controller_args: list[str] = field(default_factory=list)  # e.g. --repo URL, --watch DIR
     capacity_mb: int | None = None  # per node; default: an equal share of this machine
+    node_env: dict[str, dict[str, str]] = field(default_factory=dict)  # host id -> extra env
 
     def start(self, machines: int = 2, command: list[str] | None = None) -> None:
         from gridctl.credentials import (
@@ -399,6 +400,7 @@ class ApiFleet(Fleet):
                 subprocess.Popen(
                     args,
                     cwd=ROOT,
+                    env={**os.environ, **self.node_env.get(host_id, {})},
                     stdout=(logs / f"{host_id}.log").open("wb"),
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,

@@ -15,12 +15,14 @@ from collections.abc import Iterable, Iterator, Mapping
 from gridctl.node.runtimes.adapter import RuntimeAdapter, RuntimeFailure, contract_gaps
 from gridctl.node.runtimes.llamacpp import LlamaCppRuntime
 from gridctl.node.runtimes.llamacpp_router import LlamaCppRouterRuntime
+from gridctl.node.runtimes.vllm import VllmRuntime
 
 # Every adapter kind this build ships, by the runtime name profiles declare.
 # The annotation makes mypy check each class against the contract structurally.
 ADAPTER_KINDS: Mapping[str, type[RuntimeAdapter]] = {
     LlamaCppRuntime.name: LlamaCppRuntime,
     LlamaCppRouterRuntime.name: LlamaCppRouterRuntime,
+    VllmRuntime.name: VllmRuntime,
 }
 
 
