@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import gc
+import types
 import weakref
 from pathlib import Path
 
@@ -116,6 +117,15 @@ def _reachable_books(root: object, limit: int = 2_000_000) -> list[str]:
         assert len(seen) < limit, "the plan's object graph is unexpectedly large"
         if isinstance(item, _BOOKS):
             found.append(type(item).__name__)
+        if isinstance(item, types.ModuleType):
+            continue  # module state is the process's, not something the plan keeps
+        if isinstance(item, types.FunctionType):
+            # what a function can keep alive of its own: its closure and defaults (its
+            # globals are its module's, shared by every plan and by the whole test run)
+            stack.extend(item.__closure__ or ())
+            stack.extend(item.__defaults__ or ())
+            stack.extend((item.__kwdefaults__ or {}).values())
+            continue
         stack.extend(gc.get_referents(item))
     return found
 
@@ -130,6 +140,29 @@ def test_a_returned_plan_keeps_none_of_the_books(inputs: Inputs) -> None:
         for explanation in plan.explanations:
             assert len(explanation.candidates) == len(snapshot.hosts)
         assert _reachable_books(plan) == []
+
+
+def test_the_book_finder_sees_through_closures_defaults_and_bound_methods() -> None:
+    book = object.__new__(Candidate)  # only its type matters to the finder
+
+    def holding() -> object:
+        return book
+
+    def defaulted(kept: object = book) -> object:
+        return kept
+
+    class Holder:
+        def __init__(self) -> None:
+            self.kept = book
+
+        def method(self) -> object:
+            return self.kept
+
+    assert _reachable_books(("row", holding)) == ["Candidate"]
+    assert _reachable_books({"lazy": defaulted}) == ["Candidate"]
+    assert _reachable_books([Holder().method]) == ["Candidate"]
+    # a module's globals are shared state, never something a plan keeps
+    assert _reachable_books(types.SimpleNamespace(module=types.ModuleType("m"))) == []
 
 
 def _pipeline(inputs: Inputs, placer: SingleHostPlacer) -> tuple[Plan, weakref.ref[Workspace]]:

@@ -110,12 +110,10 @@ async def test_the_official_client_gets_the_refusal_once_without_retrying(servic
         openai = AsyncOpenAI(base_url="http://ctl/v1", api_key="unused", http_client=client)
         await openai.models.list()  # the client's own first-use setup is not the answer's time
         arrivals.clear()
-        started = time.monotonic()
         with pytest.raises(UnprocessableEntityError) as refused:
             await openai.chat.completions.create(
                 model="auto", messages=[{"role": "user", "content": "fix this python bug"}]
             )
-        elapsed = time.monotonic() - started
-    assert arrivals == ["/v1/chat/completions"]  # one request: no retry, counted once
-    assert elapsed < 0.1, elapsed
+    # one request: the client did not retry (its backoff would add a second arrival)
+    assert arrivals == ["/v1/chat/completions"]
     assert "no configured model scores workload coding" in str(refused.value)
