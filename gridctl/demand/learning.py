@@ -11,10 +11,16 @@ controller takes it under its telemetry lock and plans on it afterwards.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from gridctl.demand.buckets import BucketSeries, Observation, bucket_start, mean_service_seconds
+from gridctl.demand.buckets import (
+    BucketSeries,
+    Observation,
+    ObservationRow,
+    bucket_start,
+    mean_service_seconds,
+)
 from gridctl.demand.correlation import CorrelationReport, Relation, infer
 from gridctl.demand.features import RequestFeatures
 from gridctl.demand.forecasting import current_queue, forecast
@@ -148,6 +154,68 @@ class DemandLearner:
             series = self._series(self.direct, model)
             self.direct[model] = series.fold(replace(observation, model_id=model))
         self.sequences.observe(features)
+
+    def observe_all(self, batch: Sequence[RequestFeatures]) -> None:
+        """``observe`` of each request in order (a minute of router reports at once).
+
+        Outcome and sequence evidence is taken request by request as ``observe``
+        takes it; each series folds its share of the batch in one ``fold_rows``,
+        which adds the same numbers in the same order as folding them one by one.
+        """
+        names = frozenset(self.catalog.names)
+        default = self.catalog.default_workload
+        artifacts = self.artifacts
+        record = self.outcomes.record_request
+        sequence = self.sequences.observe
+        rows: dict[tuple[bool, str], list[ObservationRow]] = {}
+        for features in batch:
+            workload = features.workload
+            if workload not in names:
+                workload = default
+                features = replace(features, workload=workload)
+            served = features.served_model
+            outcome = features.outcome
+            if served in artifacts and outcome != "rejected":
+                sha = features.artifact_sha256
+                current = artifacts[served]
+                if sha is None or not current or sha == current:
+                    record(
+                        served,
+                        workload,
+                        current or sha,
+                        outcome == "ok",
+                        features.service_seconds,
+                        features.t,
+                    )
+            if features.evaluation:
+                continue  # evaluation traffic is never demand
+            if features.unbound:
+                key = (True, workload)
+            elif features.model in artifacts:
+                key = (False, str(features.model))
+            else:
+                key = None
+            if key is not None:
+                service = features.service_seconds
+                row = (
+                    features.t,
+                    service,
+                    service * 1000.0,
+                    outcome == "ok",
+                    float(features.queue_depth),
+                    outcome == "rejected",
+                )
+                found = rows.get(key)
+                if found is None:
+                    rows[key] = [row]
+                else:
+                    found.append(row)
+            if features.session is not None:
+                sequence(features)
+        self.revision += len(batch)
+        for (unbound, name), series_rows in rows.items():
+            book = self.unbound if unbound else self.direct
+            book[name] = self._series(book, name).fold_rows(series_rows)
 
     def record_evaluation(
         self, model_id: str, workload: str, sha: str | None, quality: float, at: float

@@ -15,7 +15,7 @@ is planned, never the physics, the arrivals or the delivery rule.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gridctl.demand import DemandLearner, DemandPicture
@@ -156,6 +156,10 @@ class LabController:
     def observe(self, observation: RequestObservation) -> None:
         """One simulated router observation, as the controller's demand book takes it."""
         self.learner.observe(observation_features(observation))
+
+    def observe_all(self, observations: Sequence[RequestObservation]) -> None:
+        """A minute of router observations, in order, as ``observe`` takes each one."""
+        self.learner.observe_all([observation_features(o) for o in observations])
 
     def forecast(self, now: float) -> tuple[DemandPicture, tuple[ModelDemand, ...]]:
         """The learners' picture and the demand the planner gets, combined as the controller

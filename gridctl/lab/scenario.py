@@ -226,8 +226,7 @@ def run(world: World, strategy: Strategy, *, keep_plans: bool = False) -> Run:
         pool = _still_ready(pool, nodes)
         mapping = dict(outcome.mapping)
         log, observations = serve_minute(arrivals, pool, mapping, profiles, classify, sessions)
-        for o in observations:
-            controller.observe(o)
+        controller.observe_all(observations)
         consumed.extend(arrivals)
         minute_counts, named_counts = dict(log.workload_counts), dict(log.named_counts)
         acc.minute(minute, log)
