@@ -116,8 +116,10 @@ def features_of(
     session_hash: str | None = None,
     artifact_sha256: str | None = None,
     evaluation: bool = False,
+    session_key: str | None = None,
 ) -> RequestFeatures:
-    """Build features from already-bounded fields; the session hash is hashed again."""
+    """Build features from already-bounded fields; the session hash is hashed again
+    (``session_key``, when given, must be ``workflow_key(session_hash)``, derived before)."""
     return RequestFeatures(
         t=float(t),
         endpoint=endpoint if endpoint in ENDPOINTS else "chat",
@@ -130,7 +132,7 @@ def features_of(
         service_seconds=max(0.0, float(service_seconds)),
         queue_depth=max(0, int(queue_depth)),
         outcome=outcome if outcome in OUTCOMES else "error",
-        session=workflow_key(session_hash) if session_hash else None,
+        session=(session_key or workflow_key(session_hash)) if session_hash else None,
         artifact_sha256=artifact_sha256,
         evaluation=evaluation,
     )

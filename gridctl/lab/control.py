@@ -125,6 +125,7 @@ class LabController:
         self.last: TickOutcome | None = None
         self.previous: dict[str, ModelProfile] | None = None
         self.timings: dict[TimingKey, LearnedTiming] = {}  # learned as the store learns them
+        self.session_keys: dict[str, str] = {}  # router session hash -> the learner's key
         self.commit(desired)
 
     def commit(self, desired: DesiredState) -> None:
@@ -159,7 +160,8 @@ class LabController:
 
     def observe_all(self, observations: Sequence[RequestObservation]) -> None:
         """A minute of router observations, in order, as ``observe`` takes each one."""
-        self.learner.observe_all([observation_features(o) for o in observations])
+        keys = self.session_keys
+        self.learner.observe_all([observation_features(o, keys) for o in observations])
 
     def forecast(self, now: float) -> tuple[DemandPicture, tuple[ModelDemand, ...]]:
         """The learners' picture and the demand the planner gets, combined as the controller

@@ -7,8 +7,9 @@ from functools import reduce
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gridctl.demand import BucketSeries, DemandLearner, Observation, features_of
+from gridctl.demand import BucketSeries, DemandLearner, Observation, features_of, workflow_key
 from gridctl.demand.features import RequestFeatures
+from gridctl.demand.intake import RequestObservation, observation_features
 from gridctl.domain import ControllerPolicy, WorkloadCatalog
 
 T0 = 1_800_000_000.0
@@ -108,3 +109,30 @@ def test_observe_all_equals_observing_one_by_one(batches: list[list[RequestFeatu
         assert everything(batched) == everything(reference)
     now = T0 + 960
     assert batched.picture(now) == reference.picture(now)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.builds(
+            RequestObservation,
+            t=st.floats(min_value=T0, max_value=T0 + 600, allow_nan=False),
+            endpoint=st.sampled_from(["chat", "embeddings", "nonsense"]),
+            model=st.sampled_from([None, "auto", "coder"]),
+            served_model=st.sampled_from([None, "coder"]),
+            host_id=st.just("h1"),
+            outcome=st.sampled_from(["ok", "error", "rejected"]),
+            status=st.just(200),
+            service_seconds=st.floats(min_value=0.0, max_value=60.0),
+            session=st.sampled_from([None, "", "s1", "s2"]),
+        ),
+        max_size=20,
+    )
+)
+def test_remembered_session_keys_give_the_same_features(
+    observations: list[RequestObservation],
+) -> None:
+    keys: dict[str, str] = {}
+    for observation in observations:
+        assert observation_features(observation, keys) == observation_features(observation)
+    assert keys == {s: workflow_key(s) for s in {o.session for o in observations} if s}
