@@ -8,9 +8,16 @@ from collections.abc import Mapping
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gridctl.lab.arrivals import ENDPOINTS, INPUT_UNITS, MINUTE, OUTPUT_UNITS, TEXTS, Arrival
+from gridctl.lab.arrivals import (
+    ENDPOINTS,
+    INPUT_UNITS,
+    MINUTE,
+    OUTPUT_UNITS,
+    TEXTS,
+    Arrival,
+    generate,
+)
 from gridctl.lab.arrivals import _base_weights as base_weights
-from gridctl.lab.arrivals import generate
 from gridctl.lab.population import STAGE_MINUTES, User, population
 from gridctl.lab.rng import Stream
 from gridctl.lab.workday import curves
