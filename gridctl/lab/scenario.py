@@ -27,6 +27,7 @@ from gridctl.domain import (
     WorkloadCatalog,
 )
 from gridctl.lab.arrivals import MINUTE, Arrival, generate, trace_digest
+from gridctl.lab.collector import collector_paused, existing_objects_frozen
 from gridctl.lab.control import LabController, LabTick
 from gridctl.lab.fleets import LabHost, lab_hosts
 from gridctl.lab.models import BASELINE_MODEL, lab_models
@@ -108,7 +109,8 @@ def build_world(config: ScenarioConfig, fleet: Fleet, catalog: WorkloadCatalog) 
     )
     users = population(config.users, config.seed)
     day = curves(config.minutes, config.traces)
-    arrivals = generate(users, config.minutes, day, config.seed, START, BASELINE_MODEL)
+    with collector_paused():  # millions of acyclic records
+        arrivals = generate(users, config.minutes, day, config.seed, START, BASELINE_MODEL)
     digest = trace_digest(a for minute in arrivals for a in minute)
     events = host_events(tuple(h.host_id for h in hosts), config.minutes, config.seed)
     profiles = {p.name: p for p in models}
@@ -171,6 +173,11 @@ def _apply_events(
 
 
 def run(world: World, strategy: Strategy, *, keep_plans: bool = False) -> Run:
+    with existing_objects_frozen():  # the world's trace is never re-scanned for cycles
+        return _run(world, strategy, keep_plans)
+
+
+def _run(world: World, strategy: Strategy, keep_plans: bool) -> Run:
     profiles = world.profiles
     nodes = {h.host_id: SimNode(h, profiles, START) for h in world.hosts}
     controller = LabController(world.desired, strategy, world.mix)
