@@ -188,7 +188,7 @@ def _run(world: World, strategy: Strategy, keep_plans: bool) -> Run:
     timeline: list[dict[str, object]] = []
     residency: list[dict[str, list[str]]] = []
     decisions: list[tuple[int, Plan, FleetSnapshot]] = []
-    consumed: list[Arrival] = []
+    consumed: list[tuple[Arrival, ...]] = []  # each minute's arrivals, as served
     minute_counts: dict[str, int] = {}
     named_counts: dict[str, int] = {}
     prefetch_credit: set[tuple[str, str, float]] = set()
@@ -234,7 +234,7 @@ def _run(world: World, strategy: Strategy, keep_plans: bool) -> Run:
         mapping = dict(outcome.mapping)
         log, observations = serve_minute(arrivals, pool, mapping, profiles, classify, sessions)
         controller.observe_all(observations)
-        consumed.extend(arrivals)
+        consumed.append(arrivals)
         minute_counts, named_counts = dict(log.workload_counts), dict(log.named_counts)
         acc.minute(minute, log)
         ready = {
@@ -252,13 +252,24 @@ def _run(world: World, strategy: Strategy, keep_plans: bool) -> Run:
     return Run(
         strategy,
         summary(acc, node_hours),
-        trace_digest(consumed),
+        _consumed_digest(world, consumed),
         timeline,
         acc,
         prefetch,
         residency,
         decisions,
     )
+
+
+def _consumed_digest(world: World, consumed: list[tuple[Arrival, ...]]) -> str:
+    """The digest of the arrivals the run served. When they are the world's own minutes,
+    the very same immutable tuples in order, that is the world's digest (re-hashing
+    millions of lines would give it again); anything else is hashed."""
+    if len(consumed) == len(world.arrivals) and all(
+        mine is theirs for mine, theirs in zip(consumed, world.arrivals, strict=True)
+    ):
+        return world.digest
+    return trace_digest(a for minute in consumed for a in minute)
 
 
 def _still_ready(
