@@ -27,7 +27,7 @@ from gridctl.domain import (
     WorkloadCatalog,
 )
 from gridctl.lab.arrivals import MINUTE, Arrival, generate, trace_digest
-from gridctl.lab.collector import collector_paused, existing_objects_frozen
+from gridctl.lab.collector import collector_paused
 from gridctl.lab.control import LabController, LabTick
 from gridctl.lab.fleets import LabHost, lab_hosts
 from gridctl.lab.models import BASELINE_MODEL, lab_models
@@ -173,7 +173,7 @@ def _apply_events(
 
 
 def run(world: World, strategy: Strategy, *, keep_plans: bool = False) -> Run:
-    with existing_objects_frozen():  # the world's trace is never re-scanned for cycles
+    with collector_paused():  # never re-scan the world's trace for cycles
         return _run(world, strategy, keep_plans)
 
 
