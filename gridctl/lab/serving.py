@@ -108,7 +108,8 @@ def serve_minute(
     named_counts = log.named_counts
     overloaded = log.overloaded
     ranked: dict[str, list[str]] = {}
-    heaps: dict[str, list[tuple[float, str, int, Replica]]] = {}
+    heaps: dict[str, list[tuple[float, str, int, Replica]]] = {}  # per model
+    routed: dict[str, list[tuple[float, str, int, Replica]]] = {}  # per unbound workload
     seen = classify.seen
     facts: dict[str | None, tuple[Mapping[str, float], float | None, str | None]] = {}
 
@@ -124,6 +125,17 @@ def serve_minute(
             found = ranked[workload] = [name for _, name in rows]
         return found
 
+    def heap_of(target: str | None) -> list[tuple[float, str, int, Replica]]:
+        """The target's replicas keyed (load, host, position), made on first use."""
+        found = heaps.get(target or "")
+        if found is None:
+            choices = pool.get(target or "", [])
+            found = heaps[target or ""] = [
+                (r.used / r.capacity, r.host_id, i, r) for i, r in enumerate(choices)
+            ]
+            heapify(found)
+        return found
+
     for arrival in arrivals:
         endpoint, modality = arrival.endpoint, arrival.modality
         workload = seen.get((endpoint, modality, arrival.text)) or classify(
@@ -133,19 +145,17 @@ def serve_minute(
         requested = arrival.model
         if requested is not None:
             named_counts[requested] = named_counts.get(requested, 0) + 1
-            target: str | None = requested
+            heap = heaps.get(requested)
+            if heap is None:
+                heap = heap_of(requested)
         else:
-            target = mapping.get(workload)
-            if not pool.get(target or ""):
-                target = next((m for m in scorers(workload) if pool.get(m)), target)
+            heap = routed.get(workload)
+            if heap is None:  # the same target for the whole minute: the pool is fixed
+                target = mapping.get(workload)
+                if not pool.get(target or ""):
+                    target = next((m for m in scorers(workload) if pool.get(m)), target)
+                heap = routed[workload] = heap_of(target)
         outcome, latency, model, host, queue = "rejected", 0.0, None, None, 0
-        heap = heaps.get(target or "")
-        if heap is None:
-            choices = pool.get(target or "", [])
-            heap = heaps[target or ""] = [
-                (r.used / r.capacity, r.host_id, i, r) for i, r in enumerate(choices)
-            ]
-            heapify(heap)
         if heap:
             _, _, place, replica = heap[0]
             model, host = replica.model_id, replica.host_id
