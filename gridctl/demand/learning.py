@@ -22,7 +22,7 @@ from gridctl.demand.buckets import (
     mean_service_seconds,
 )
 from gridctl.demand.correlation import CorrelationReport, Relation, infer
-from gridctl.demand.features import RequestFeatures
+from gridctl.demand.features import UNBOUND_MODEL_NAMES, RequestFeatures
 from gridctl.demand.forecasting import current_queue, forecast
 from gridctl.demand.outcomes import OutcomeBook, OutcomeScore
 from gridctl.demand.sequences import SequenceLearner, WorkloadTransition
@@ -167,7 +167,8 @@ class DemandLearner:
         artifacts = self.artifacts
         record = self.outcomes.record_request
         sequence = self.sequences.observe
-        rows: dict[tuple[bool, str], list[ObservationRow]] = {}
+        unbound_rows: dict[str, list[ObservationRow]] = {}  # per workload, first seen first
+        direct_rows: dict[str, list[ObservationRow]] = {}  # per configured model
         for features in batch:
             workload = features.workload
             if workload not in names:
@@ -189,13 +190,14 @@ class DemandLearner:
                     )
             if features.evaluation:
                 continue  # evaluation traffic is never demand
-            if features.unbound:
-                key = (True, workload)
-            elif features.model in artifacts:
-                key = (False, str(features.model))
+            model = features.model
+            if model is None or model.strip().lower() in UNBOUND_MODEL_NAMES:  # ``unbound``
+                book, key = unbound_rows, workload
+            elif model in artifacts:
+                book, key = direct_rows, model
             else:
-                key = None
-            if key is not None:
+                book = None
+            if book is not None:
                 service = features.service_seconds
                 row = (
                     features.t,
@@ -205,17 +207,18 @@ class DemandLearner:
                     float(features.queue_depth),
                     outcome == "rejected",
                 )
-                found = rows.get(key)
+                found = book.get(key)
                 if found is None:
-                    rows[key] = [row]
+                    book[key] = [row]
                 else:
                     found.append(row)
             if features.session is not None:
                 sequence(features)
         self.revision += len(batch)
-        for (unbound, name), series_rows in rows.items():
-            book = self.unbound if unbound else self.direct
-            book[name] = self._series(book, name).fold_rows(series_rows)
+        for name, series_rows in unbound_rows.items():
+            self.unbound[name] = self._series(self.unbound, name).fold_rows(series_rows)
+        for name, series_rows in direct_rows.items():
+            self.direct[name] = self._series(self.direct, name).fold_rows(series_rows)
 
     def record_evaluation(
         self, model_id: str, workload: str, sha: str | None, quality: float, at: float
