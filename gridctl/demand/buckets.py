@@ -8,16 +8,21 @@ engine served it: its time is not service time, so it is counted apart
 (``refused``) and the mean service time is taken over the served requests only.
 Nothing about the request itself is kept. Bursts are folded into their bucket,
 never truncated at a raw-request limit, and only the newest ``window`` buckets
-survive.
+survive. ``fold_many`` counts a batch (a minute of router reports) in one pass
+with the same additions in the same order as folding them one by one.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
-from gridctl.demand.histograms import LatencyHistogram
+from gridctl.demand.histograms import LatencyHistogram, bucket_index
+
+# (at, service_seconds, latency_ms, ok, queue_depth, refused): an Observation's fields
+ObservationRow = tuple[float, float, float, bool, float, bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +100,76 @@ class BucketSeries:
         by_start[start] = current.with_observation(obs)
         newest = max(by_start)
         horizon = newest - (self.window - 1) * self.width
+        kept = tuple(by_start[s] for s in sorted(by_start) if s >= horizon)
+        return replace(self, buckets=kept)
+
+    def fold_many(self, observations: Sequence[Observation]) -> BucketSeries:
+        """``fold`` of each observation in order, in one pass (the same result)."""
+        return self.fold_rows(
+            [
+                (o.at, o.service_seconds, o.latency_ms, o.ok, o.queue_depth, o.refused)
+                for o in observations
+            ]
+        )
+
+    def fold_rows(self, rows: Sequence[ObservationRow]) -> BucketSeries:
+        """``fold_many`` of observations given as rows (no ``Observation`` built).
+
+        The window's horizon only moves forward, so a row whose bucket is already
+        behind it would be counted and dropped by ``fold``: it is skipped, and every
+        bucket still behind the final horizon is dropped at the end. A kept bucket
+        sees every one of its rows in order: the same float additions as ``fold``.
+        """
+        if not rows:
+            return self
+        width = self.width
+        reach = (self.window - 1) * width
+        by_start = {b.start: b for b in self.buckets}
+        newest = max(by_start) if by_start else None
+        open_: dict[float, list[Any]] = {}
+        floor, isfinite = math.floor, math.isfinite
+        for at, service_seconds, latency_ms, ok, queue_depth, refused in rows:
+            start = floor(at / width) * width
+            if newest is None or start > newest:
+                newest = start
+            if start < newest - reach:
+                continue  # ``fold`` would count it in a bucket it drops at once
+            cell = open_.get(start)
+            if cell is None:
+                base = by_start.get(start) or DemandBucket(start=start)
+                counts: dict[int, int] = {}
+                for index, count in base.latency.counts:
+                    counts[index] = counts.get(index, 0) + count
+                cell = open_[start] = [
+                    base.requests,
+                    base.errors,
+                    base.service_seconds,
+                    base.max_queue,
+                    counts,
+                    base.refused,
+                    base.start,
+                ]
+            service = service_seconds if isfinite(service_seconds) else 0.0
+            cell[0] += 1
+            cell[1] += 0 if ok and not refused else 1
+            cell[5] += 1 if refused else 0
+            cell[2] = cell[2] + (0.0 if refused else max(0.0, service))
+            cell[3] = max(cell[3], queue_depth)
+            histogram = cell[4]
+            index = bucket_index(latency_ms)
+            histogram[index] = histogram.get(index, 0) + 1
+        for start, (requests, errors, service, queue, histogram, refused, key) in open_.items():
+            by_start[start] = DemandBucket(
+                start=key,
+                requests=requests,
+                errors=errors,
+                service_seconds=service,
+                max_queue=queue,
+                latency=LatencyHistogram(tuple(sorted(histogram.items()))),
+                refused=refused,
+            )
+        assert newest is not None
+        horizon = newest - reach
         kept = tuple(by_start[s] for s in sorted(by_start) if s >= horizon)
         return replace(self, buckets=kept)
 

@@ -116,21 +116,23 @@ def features_of(
     session_hash: str | None = None,
     artifact_sha256: str | None = None,
     evaluation: bool = False,
+    session_key: str | None = None,
 ) -> RequestFeatures:
-    """Build features from already-bounded fields; the session hash is hashed again."""
-    return RequestFeatures(
-        t=float(t),
-        endpoint=endpoint if endpoint in ENDPOINTS else "chat",
-        model=None if is_unbound(model) else model,
-        served_model=served_model,
-        workload=workload,
-        modality=modality if modality in MODALITIES else "text",
-        input_units=max(0, int(input_units)),
-        output_units=max(0, int(output_units)),
-        service_seconds=max(0.0, float(service_seconds)),
-        queue_depth=max(0, int(queue_depth)),
-        outcome=outcome if outcome in OUTCOMES else "error",
-        session=workflow_key(session_hash) if session_hash else None,
-        artifact_sha256=artifact_sha256,
-        evaluation=evaluation,
+    """Build features from already-bounded fields; the session hash is hashed again
+    (``session_key``, when given, must be ``workflow_key(session_hash)``, derived before)."""
+    return RequestFeatures(  # positional, in field order: built once per request
+        float(t),
+        endpoint if endpoint in ENDPOINTS else "chat",
+        None if is_unbound(model) else model,
+        served_model,
+        workload,
+        modality if modality in MODALITIES else "text",
+        max(0, int(input_units)),
+        max(0, int(output_units)),
+        max(0.0, float(service_seconds)),
+        max(0, int(queue_depth)),
+        outcome if outcome in OUTCOMES else "error",
+        (session_key or workflow_key(session_hash)) if session_hash else None,
+        artifact_sha256,
+        evaluation,
     )

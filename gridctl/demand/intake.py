@@ -10,10 +10,11 @@ production ``DemandLearner`` through it, and both read the forecast back with
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 
 from gridctl.demand.direct import gated_demand
-from gridctl.demand.features import RequestFeatures, features_of
+from gridctl.demand.features import RequestFeatures, features_of, workflow_key
 from gridctl.demand.learning import DemandLearner, DemandPicture
 from gridctl.domain import ControllerPolicy, ModelDemand
 
@@ -46,9 +47,19 @@ class RequestObservation:
     evaluation: bool = False  # operator-marked evaluation: speed and quality, never demand
 
 
-def observation_features(observation: RequestObservation) -> RequestFeatures:
-    """The learners' features of one router observation."""
+def observation_features(
+    observation: RequestObservation, session_keys: MutableMapping[str, str] | None = None
+) -> RequestFeatures:
+    """The learners' features of one router observation. ``session_keys`` remembers each
+    router session hash's learner key (``workflow_key``) for a caller that converts many
+    observations of the same sessions (the scenario lab); the live path hashes each time."""
     modality = observation.modality
+    session = observation.session
+    key = None
+    if session and session_keys is not None:
+        key = session_keys.get(session)
+        if key is None:
+            key = session_keys[session] = workflow_key(session)
     return features_of(
         t=observation.t,
         endpoint=observation.endpoint,
@@ -64,6 +75,7 @@ def observation_features(observation: RequestObservation) -> RequestFeatures:
         session_hash=observation.session,
         artifact_sha256=observation.artifact_sha256,
         evaluation=observation.evaluation,
+        session_key=key,
     )
 
 

@@ -11,12 +11,18 @@ controller takes it under its telemetry lock and plans on it afterwards.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from gridctl.demand.buckets import BucketSeries, Observation, bucket_start, mean_service_seconds
+from gridctl.demand.buckets import (
+    BucketSeries,
+    Observation,
+    ObservationRow,
+    bucket_start,
+    mean_service_seconds,
+)
 from gridctl.demand.correlation import CorrelationReport, Relation, infer
-from gridctl.demand.features import RequestFeatures
+from gridctl.demand.features import UNBOUND_MODEL_NAMES, RequestFeatures
 from gridctl.demand.forecasting import current_queue, forecast
 from gridctl.demand.outcomes import OutcomeBook, OutcomeScore
 from gridctl.demand.sequences import SequenceLearner, WorkloadTransition
@@ -148,6 +154,71 @@ class DemandLearner:
             series = self._series(self.direct, model)
             self.direct[model] = series.fold(replace(observation, model_id=model))
         self.sequences.observe(features)
+
+    def observe_all(self, batch: Sequence[RequestFeatures]) -> None:
+        """``observe`` of each request in order (a minute of router reports at once).
+
+        Outcome and sequence evidence is taken request by request as ``observe``
+        takes it; each series folds its share of the batch in one ``fold_rows``,
+        which adds the same numbers in the same order as folding them one by one.
+        """
+        names = frozenset(self.catalog.names)
+        default = self.catalog.default_workload
+        artifacts = self.artifacts
+        record = self.outcomes.record_request
+        sequence = self.sequences.observe
+        unbound_rows: dict[str, list[ObservationRow]] = {}  # per workload, first seen first
+        direct_rows: dict[str, list[ObservationRow]] = {}  # per configured model
+        for features in batch:
+            workload = features.workload
+            if workload not in names:
+                workload = default
+                features = replace(features, workload=workload)
+            served = features.served_model
+            outcome = features.outcome
+            if served in artifacts and outcome != "rejected":
+                sha = features.artifact_sha256
+                current = artifacts[served]
+                if sha is None or not current or sha == current:
+                    record(
+                        served,
+                        workload,
+                        current or sha,
+                        outcome == "ok",
+                        features.service_seconds,
+                        features.t,
+                    )
+            if features.evaluation:
+                continue  # evaluation traffic is never demand
+            model = features.model
+            if model is None or model.strip().lower() in UNBOUND_MODEL_NAMES:  # ``unbound``
+                book, key = unbound_rows, workload
+            elif model in artifacts:
+                book, key = direct_rows, model
+            else:
+                book = None
+            if book is not None:
+                service = features.service_seconds
+                row = (
+                    features.t,
+                    service,
+                    service * 1000.0,
+                    outcome == "ok",
+                    float(features.queue_depth),
+                    outcome == "rejected",
+                )
+                found = book.get(key)
+                if found is None:
+                    book[key] = [row]
+                else:
+                    found.append(row)
+            if features.session is not None:
+                sequence(features)
+        self.revision += len(batch)
+        for name, series_rows in unbound_rows.items():
+            self.unbound[name] = self._series(self.unbound, name).fold_rows(series_rows)
+        for name, series_rows in direct_rows.items():
+            self.direct[name] = self._series(self.direct, name).fold_rows(series_rows)
 
     def record_evaluation(
         self, model_id: str, workload: str, sha: str | None, quality: float, at: float

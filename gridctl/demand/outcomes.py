@@ -46,13 +46,25 @@ class Counter:
         return Counter(self.weight * factor, self.total * factor, self.second * factor, self.at)
 
     def add(self, now: float, half_life: float, value: float, second: float = 0.0) -> Counter:
-        base = self.decayed(now, half_life)
+        """``decayed`` to ``now`` plus one observation (the same arithmetic, one object)."""
+        at = self.at
+        if at is None or now <= at:
+            return Counter(
+                self.weight + 1.0,
+                self.total + value,
+                self.second + second,
+                max(now, at if at is not None else now),
+            )
+        factor = 0.5 ** ((now - at) / half_life)
         return Counter(
-            base.weight + 1.0,
-            base.total + value,
-            base.second + second,
-            max(now, base.at if base.at is not None else now),
+            self.weight * factor + 1.0,
+            self.total * factor + value,
+            self.second * factor + second,
+            max(now, at),
         )
+
+
+EMPTY = Counter()
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,10 +122,16 @@ class OutcomeBook:
         at: float,
     ) -> None:
         key = (model_id, workload, sha or "")
-        half = self.policy.evidence_half_life_seconds
-        counter = self.service.get(key, Counter())
-        self.service[key] = counter.add(at, half, 1.0 if ok else 0.0, max(0.0, service_seconds))
-        self._bound(self.service)
+        book = self.service
+        counter = book.get(key) or EMPTY
+        book[key] = counter.add(
+            at,
+            self.policy.evidence_half_life_seconds,
+            1.0 if ok else 0.0,
+            max(0.0, service_seconds),
+        )
+        if len(book) > MAX_OUTCOME_KEYS:
+            self._bound(book)
 
     def record_evaluation(
         self, model_id: str, workload: str, sha: str | None, quality: float, at: float

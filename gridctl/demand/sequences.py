@@ -78,11 +78,13 @@ class SequenceLearner:
     def observe(self, features: RequestFeatures) -> None:
         if features.session is None or features.evaluation:
             return
-        self.expire(features.t)
+        t = features.t
+        if t - self.policy.affinity_expiry_seconds > self._oldest_seen:
+            self.expire(t)  # something held may be older than the horizon
         key = features.session
-        previous = self.cursors.get(key)
-        cursor = Cursor(features.workload, features.started, features.t, features.t)
-        if previous is not None and features.t <= previous.completed:
+        cursors = self.cursors
+        previous = cursors.get(key)
+        if previous is not None and t <= previous.completed:
             # out-of-order or simultaneous completion: no order, keep the newer cursor
             self._touch(
                 key,
@@ -90,15 +92,16 @@ class SequenceLearner:
                     previous.workload,
                     previous.started,
                     previous.completed,
-                    max(previous.seen, features.t),
+                    max(previous.seen, t),
                 ),
             )
             return
-        ordered = previous is not None and features.started >= previous.completed
-        if ordered and previous is not None and features.workload != previous.workload:
-            lead = max(0.0, features.started - previous.started)
-            self._count(previous.workload, features.workload, lead, features.t)
-        self._touch(key, cursor)
+        started = features.started
+        workload = features.workload
+        if previous is not None and started >= previous.completed and workload != previous.workload:
+            lead = max(0.0, started - previous.started)
+            self._count(previous.workload, workload, lead, t)
+        self._touch(key, Cursor(workload, started, t, t))
 
     def expire(self, now: float) -> None:
         horizon = now - self.policy.affinity_expiry_seconds
@@ -114,11 +117,13 @@ class SequenceLearner:
         )
 
     def _touch(self, key: str, cursor: Cursor) -> None:
-        self.cursors.pop(key, None)
-        self.cursors[key] = cursor
-        self._oldest_seen = min(self._oldest_seen, cursor.seen)
-        while len(self.cursors) > self.policy.affinity_max_workflows:
-            del self.cursors[next(iter(self.cursors))]
+        cursors = self.cursors
+        cursors.pop(key, None)
+        cursors[key] = cursor
+        if cursor.seen < self._oldest_seen:
+            self._oldest_seen = cursor.seen
+        while len(cursors) > self.policy.affinity_max_workflows:
+            del cursors[next(iter(cursors))]
 
     def _count(self, source: str, target: str, lead: float, at: float) -> None:
         edge = (source, target)

@@ -13,9 +13,13 @@ import hashlib
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from operator import attrgetter
 
 from gridctl.lab.population import STAGE_MINUTES, STAGE_SHARE, User
-from gridctl.lab.rng import Stream
+from gridctl.lab.rng import GOLDEN_GAMMA as GAMMA
+from gridctl.lab.rng import MASK_64 as MASK
+from gridctl.lab.rng import MIX_1, MIX_2, Stream
+from gridctl.lab.rng import UNIT_53 as UNIT
 
 MINUTE = 60.0
 
@@ -113,15 +117,16 @@ def generate(
     trace is the same to the bit.
     """
     stream = Stream(seed, "arrivals")
-    uniform, below, weighted = stream.uniform, stream.below, stream.weighted
-    knuth, poisson = stream.knuth_poisson, stream.poisson
+    poisson = stream.poisson
+    state = stream.state
     names = sorted(curves)
     index = {w: i for i, w in enumerate(names)}
-    kinds = [(ENDPOINTS.get(w, ("chat", "text")), TEXTS.get(w, ("",))) for w in names]
+    kinds = [(*ENDPOINTS.get(w, ("chat", "text")), TEXTS.get(w, ("",))) for w in names]
+    last = len(names) - 1
     bases = {id(u.persona): _base_weights(u, names) for u in users}
     plans = [
         (
-            u,
+            u.user_id,
             id(u.persona),
             u.persona.rate_per_minute,
             baseline_model if u.persona.names_model else None,
@@ -138,7 +143,7 @@ def generate(
         rows: list[Arrival] = []
         factors = [curves[w][minute] for w in names]
         mixes: dict[tuple[int, str], tuple[list[float], float, float, float]] = {}
-        for user, persona, rate, model, stages, length, offset, prefix in plans:
+        for user_id, persona, rate, model, stages, length, offset, prefix in plans:
             position = minute + offset
             stage = stages[(position // cycle_minutes) % length]
             mix = mixes.get((persona, stage))
@@ -154,32 +159,80 @@ def generate(
             weights, total, lam, limit = mix
             if lam <= 0:
                 continue
-            count = knuth(limit) if lam <= 30 else poisson(lam)
-            if not count:
-                continue
+            if lam <= 30:  # ``knuth_poisson(limit)``, each ``uniform`` inlined
+                state = z = (state + GAMMA) & MASK
+                z = ((z ^ (z >> 30)) * MIX_1) & MASK
+                z = ((z ^ (z >> 27)) * MIX_2) & MASK
+                p = ((z ^ (z >> 31)) >> 11) * UNIT
+                count = 0
+                while p > limit:
+                    count += 1
+                    state = z = (state + GAMMA) & MASK
+                    z = ((z ^ (z >> 30)) * MIX_1) & MASK
+                    z = ((z ^ (z >> 27)) * MIX_2) & MASK
+                    p *= ((z ^ (z >> 31)) >> 11) * UNIT
+                if not count:
+                    continue
+            else:
+                stream.state = state
+                count = poisson(lam)
+                state = stream.state
+                if not count:
+                    continue
             session = f"{prefix}{position // (cycle_minutes * length)}"
             for _ in range(count):
-                chosen = weighted(weights, total)
-                (endpoint, modality), texts = kinds[chosen]
-                text = texts[below(len(texts))] if endpoint == "chat" else ""
+                # ``weighted(weights, total)``
+                state = z = (state + GAMMA) & MASK
+                z = ((z ^ (z >> 30)) * MIX_1) & MASK
+                z = ((z ^ (z >> 27)) * MIX_2) & MASK
+                x = ((z ^ (z >> 31)) >> 11) * UNIT * total
+                chosen = last
+                for i, w in enumerate(weights):
+                    x -= w
+                    if x < 0:
+                        chosen = i
+                        break
+                endpoint, modality, texts = kinds[chosen]
+                text = ""
+                if endpoint == "chat":  # ``texts[below(len(texts))]``
+                    state = z = (state + GAMMA) & MASK
+                    z = ((z ^ (z >> 30)) * MIX_1) & MASK
+                    z = ((z ^ (z >> 27)) * MIX_2) & MASK
+                    text = texts[int(((z ^ (z >> 31)) >> 11) * UNIT * len(texts))]
+                # the time, then ``below(400)`` and ``below(300)`` for the sizes
+                state = z = (state + GAMMA) & MASK
+                z = ((z ^ (z >> 30)) * MIX_1) & MASK
+                z = ((z ^ (z >> 27)) * MIX_2) & MASK
+                t = round(start + MINUTE * (minute + ((z ^ (z >> 31)) >> 11) * UNIT), 6)
+                state = z = (state + GAMMA) & MASK
+                z = ((z ^ (z >> 30)) * MIX_1) & MASK
+                z = ((z ^ (z >> 27)) * MIX_2) & MASK
+                size_in = INPUT_UNITS[int(((z ^ (z >> 31)) >> 11) * UNIT * 400)]
+                state = z = (state + GAMMA) & MASK
+                z = ((z ^ (z >> 30)) * MIX_1) & MASK
+                z = ((z ^ (z >> 27)) * MIX_2) & MASK
+                size_out = OUTPUT_UNITS[int(((z ^ (z >> 31)) >> 11) * UNIT * 300)]
                 rows.append(
                     Arrival(
-                        minute=minute,
-                        t=round(start + MINUTE * (minute + uniform()), 6),
-                        user_id=user.user_id,
-                        intent=names[chosen],
-                        endpoint=endpoint,
-                        modality=modality,
-                        text=text,
-                        model=model,
-                        session=session,
-                        input_units=INPUT_UNITS[below(400)],
-                        output_units=OUTPUT_UNITS[below(300)],
+                        minute,
+                        t,
+                        user_id,
+                        names[chosen],
+                        endpoint,
+                        modality,
+                        text,
+                        model,
+                        session,
+                        size_in,
+                        size_out,
                     )
                 )
-        rows.sort(key=lambda a: (a.t, a.user_id))
+        rows.sort(key=_ORDER)
         by_minute.append(tuple(rows))
     return tuple(by_minute)
+
+
+_ORDER = attrgetter("t", "user_id")
 
 
 def trace_digest(arrivals: Iterable[Arrival]) -> str:

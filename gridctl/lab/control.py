@@ -15,7 +15,7 @@ is planned, never the physics, the arrivals or the delivery rule.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gridctl.demand import DemandLearner, DemandPicture
@@ -125,6 +125,7 @@ class LabController:
         self.last: TickOutcome | None = None
         self.previous: dict[str, ModelProfile] | None = None
         self.timings: dict[TimingKey, LearnedTiming] = {}  # learned as the store learns them
+        self.session_keys: dict[str, str] = {}  # router session hash -> the learner's key
         self.commit(desired)
 
     def commit(self, desired: DesiredState) -> None:
@@ -156,6 +157,11 @@ class LabController:
     def observe(self, observation: RequestObservation) -> None:
         """One simulated router observation, as the controller's demand book takes it."""
         self.learner.observe(observation_features(observation))
+
+    def observe_all(self, observations: Sequence[RequestObservation]) -> None:
+        """A minute of router observations, in order, as ``observe`` takes each one."""
+        keys = self.session_keys
+        self.learner.observe_all([observation_features(o, keys) for o in observations])
 
     def forecast(self, now: float) -> tuple[DemandPicture, tuple[ModelDemand, ...]]:
         """The learners' picture and the demand the planner gets, combined as the controller

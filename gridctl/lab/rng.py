@@ -13,6 +13,13 @@ import math
 
 _MASK = (1 << 64) - 1
 _UNIT = 1.0 / (1 << 53)
+# the SplitMix64 constants, for a hot loop that inlines ``uniform`` on a local copy of
+# ``Stream.state`` (the arrival trace: tens of millions of draws at the maxima)
+GOLDEN_GAMMA = 0x9E3779B97F4A7C15
+MIX_1 = 0xBF58476D1CE4E5B9
+MIX_2 = 0x94D049BB133111EB
+MASK_64 = _MASK
+UNIT_53 = _UNIT
 
 
 class Stream:
@@ -23,6 +30,15 @@ class Stream:
     def __init__(self, seed: int, name: str) -> None:
         digest = hashlib.sha256(f"{seed}\x00{name}".encode()).digest()
         self._state = int.from_bytes(digest[:8], "big")
+
+    @property
+    def state(self) -> int:
+        """The generator's position (a loop that inlines the step stores it back)."""
+        return self._state
+
+    @state.setter
+    def state(self, value: int) -> None:
+        self._state = value & _MASK
 
     def next_u64(self) -> int:
         self._state = (self._state + 0x9E3779B97F4A7C15) & _MASK

@@ -27,6 +27,7 @@ from gridctl.domain import (
     WorkloadCatalog,
 )
 from gridctl.lab.arrivals import MINUTE, Arrival, generate, trace_digest
+from gridctl.lab.collector import collector_paused
 from gridctl.lab.control import LabController, LabTick
 from gridctl.lab.fleets import LabHost, lab_hosts
 from gridctl.lab.models import BASELINE_MODEL, lab_models
@@ -108,7 +109,8 @@ def build_world(config: ScenarioConfig, fleet: Fleet, catalog: WorkloadCatalog) 
     )
     users = population(config.users, config.seed)
     day = curves(config.minutes, config.traces)
-    arrivals = generate(users, config.minutes, day, config.seed, START, BASELINE_MODEL)
+    with collector_paused():  # millions of acyclic records
+        arrivals = generate(users, config.minutes, day, config.seed, START, BASELINE_MODEL)
     digest = trace_digest(a for minute in arrivals for a in minute)
     events = host_events(tuple(h.host_id for h in hosts), config.minutes, config.seed)
     profiles = {p.name: p for p in models}
@@ -171,6 +173,11 @@ def _apply_events(
 
 
 def run(world: World, strategy: Strategy, *, keep_plans: bool = False) -> Run:
+    with collector_paused():  # never re-scan the world's trace for cycles
+        return _run(world, strategy, keep_plans)
+
+
+def _run(world: World, strategy: Strategy, keep_plans: bool) -> Run:
     profiles = world.profiles
     nodes = {h.host_id: SimNode(h, profiles, START) for h in world.hosts}
     controller = LabController(world.desired, strategy, world.mix)
@@ -181,7 +188,7 @@ def run(world: World, strategy: Strategy, *, keep_plans: bool = False) -> Run:
     timeline: list[dict[str, object]] = []
     residency: list[dict[str, list[str]]] = []
     decisions: list[tuple[int, Plan, FleetSnapshot]] = []
-    consumed: list[Arrival] = []
+    consumed: list[tuple[Arrival, ...]] = []  # each minute's arrivals, as served
     minute_counts: dict[str, int] = {}
     named_counts: dict[str, int] = {}
     prefetch_credit: set[tuple[str, str, float]] = set()
@@ -226,9 +233,8 @@ def run(world: World, strategy: Strategy, *, keep_plans: bool = False) -> Run:
         pool = _still_ready(pool, nodes)
         mapping = dict(outcome.mapping)
         log, observations = serve_minute(arrivals, pool, mapping, profiles, classify, sessions)
-        for o in observations:
-            controller.observe(o)
-        consumed.extend(arrivals)
+        controller.observe_all(observations)
+        consumed.append(arrivals)
         minute_counts, named_counts = dict(log.workload_counts), dict(log.named_counts)
         acc.minute(minute, log)
         ready = {
@@ -246,13 +252,24 @@ def run(world: World, strategy: Strategy, *, keep_plans: bool = False) -> Run:
     return Run(
         strategy,
         summary(acc, node_hours),
-        trace_digest(consumed),
+        _consumed_digest(world, consumed),
         timeline,
         acc,
         prefetch,
         residency,
         decisions,
     )
+
+
+def _consumed_digest(world: World, consumed: list[tuple[Arrival, ...]]) -> str:
+    """The digest of the arrivals the run served. When they are the world's own minutes,
+    the very same immutable tuples in order, that is the world's digest (re-hashing
+    millions of lines would give it again); anything else is hashed."""
+    if len(consumed) == len(world.arrivals) and all(
+        mine is theirs for mine, theirs in zip(consumed, world.arrivals, strict=True)
+    ):
+        return world.digest
+    return trace_digest(a for minute in consumed for a in minute)
 
 
 def _still_ready(

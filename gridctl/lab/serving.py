@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from heapq import heapify, heapreplace
 
 from gridctl.demand import affinity_hash, classify_workload
 from gridctl.demand.intake import RequestObservation
@@ -61,13 +62,13 @@ class Classifier:
 
     def __init__(self, catalog: WorkloadCatalog) -> None:
         self.catalog = catalog
-        self._seen: dict[tuple[str, str, str], str] = {}
+        self.seen: dict[tuple[str, str, str], str] = {}  # what it answered, per request shape
 
     def __call__(self, endpoint: str, modality: str, text: str) -> str:
         key = (endpoint, modality, text)
-        found = self._seen.get(key)
+        found = self.seen.get(key)
         if found is None:
-            found = self._seen[key] = classify_workload(self.catalog, endpoint, modality, text)
+            found = self.seen[key] = classify_workload(self.catalog, endpoint, modality, text)
         return found
 
 
@@ -97,9 +98,20 @@ def serve_minute(
     classify: Classifier,
     sessions: dict[str, str],
 ) -> tuple[MinuteLog, list[RequestObservation]]:
+    """Each arrival in order meets the least loaded ready replica of its target (ties by
+    host, then list order): a per-model heap keyed (load, host, position) replaces a scan
+    of the model's replicas, and each model's profile facts are read once."""
     log = MinuteLog()
     observations: list[RequestObservation] = []
+    served = log.served
+    workload_counts = log.workload_counts
+    named_counts = log.named_counts
+    overloaded = log.overloaded
     ranked: dict[str, list[str]] = {}
+    heaps: dict[str, list[tuple[float, str, int, Replica]]] = {}  # per model
+    routed: dict[str, list[tuple[float, str, int, Replica]]] = {}  # per unbound workload
+    seen = classify.seen
+    facts: dict[str | None, tuple[Mapping[str, float], float | None, str | None]] = {}
 
     def scorers(workload: str) -> list[str]:
         """Models scoring the workload, best first (the router's fallback order)."""
@@ -113,59 +125,83 @@ def serve_minute(
             found = ranked[workload] = [name for _, name in rows]
         return found
 
+    def heap_of(target: str | None) -> list[tuple[float, str, int, Replica]]:
+        """The target's replicas keyed (load, host, position), made on first use."""
+        found = heaps.get(target or "")
+        if found is None:
+            choices = pool.get(target or "", [])
+            found = heaps[target or ""] = [
+                (r.used / r.capacity, r.host_id, i, r) for i, r in enumerate(choices)
+            ]
+            heapify(found)
+        return found
+
     for arrival in arrivals:
-        workload = classify(arrival.endpoint, arrival.modality, arrival.text)
-        log.workload_counts[workload] = log.workload_counts.get(workload, 0) + 1
-        if arrival.model is not None:
-            log.named_counts[arrival.model] = log.named_counts.get(arrival.model, 0) + 1
-            target: str | None = arrival.model
+        endpoint, modality = arrival.endpoint, arrival.modality
+        workload = seen.get((endpoint, modality, arrival.text)) or classify(
+            endpoint, modality, arrival.text
+        )
+        workload_counts[workload] = workload_counts.get(workload, 0) + 1
+        requested = arrival.model
+        if requested is not None:
+            named_counts[requested] = named_counts.get(requested, 0) + 1
+            heap = heaps.get(requested)
+            if heap is None:
+                heap = heap_of(requested)
         else:
-            target = mapping.get(workload)
-            if not pool.get(target or ""):
-                target = next((m for m in scorers(workload) if pool.get(m)), target)
-        choices = pool.get(target or "", [])
+            heap = routed.get(workload)
+            if heap is None:  # the same target for the whole minute: the pool is fixed
+                target = mapping.get(workload)
+                if not pool.get(target or ""):
+                    target = next((m for m in scorers(workload) if pool.get(m)), target)
+                heap = routed[workload] = heap_of(target)
         outcome, latency, model, host, queue = "rejected", 0.0, None, None, 0
-        if choices:
-            replica = (
-                choices[0]
-                if len(choices) == 1
-                else min(choices, key=lambda r: (r.used / r.capacity, r.host_id))
-            )
+        if heap:
+            _, _, place, replica = heap[0]
             model, host = replica.model_id, replica.host_id
             replica.used += 1
             load = replica.used / replica.capacity
+            heapreplace(heap, (load, host, place, replica))
             if load > 1.0:
                 outcome = "error"
                 queue = int(replica.used - replica.capacity)
                 latency = replica.service_seconds * (1.0 + load)
-                log.overloaded.add(model)
+                overloaded.add(model)
             else:
                 outcome = "ok"
                 latency = replica.service_seconds * (1.0 + 0.5 * load * load)
-        profile = profiles.get(model or "")
-        suitability = profile.workload_scores.get(workload, 0.0) if profile else 0.0
-        slo = profile.latency_slo_ms if profile and profile.latency_slo_ms else None
+        fact = facts.get(model)
+        if fact is None:
+            profile = profiles.get(model or "")
+            fact = facts[model] = (
+                (profile.workload_scores, profile.latency_slo_ms or None, profile.artifact.sha256)
+                if profile
+                else ({}, None, None)
+            )
+        scores, slo, sha = fact
         latency_ms = latency * 1000.0
-        log.served.append(
+        ok = outcome == "ok"
+        served.append(
             Served(
                 arrival,
                 workload,
-                model if outcome == "ok" else None,
+                model if ok else None,
                 outcome,
                 latency_ms,
-                suitability if outcome == "ok" else 0.0,
-                outcome == "ok" and (slo is None or latency_ms <= slo),
+                scores.get(workload, 0.0) if ok else 0.0,
+                ok and (slo is None or latency_ms <= slo),
                 host,
             )
         )
-        session = sessions.get(arrival.session)
+        raw = arrival.session
+        session = sessions.get(raw)
         if session is None:
-            session = sessions[arrival.session] = affinity_hash(arrival.session)
+            session = sessions[raw] = affinity_hash(raw)
         observations.append(
             RequestObservation(
                 t=arrival.t + latency,
-                endpoint=arrival.endpoint,
-                model=arrival.model,
+                endpoint=endpoint,
+                model=requested,
                 served_model=model,
                 host_id=host,
                 outcome=outcome,
@@ -173,11 +209,11 @@ def serve_minute(
                 service_seconds=latency,
                 queue_depth=queue,
                 input_units=arrival.input_units,
-                output_units=arrival.output_units if outcome == "ok" else 0,
-                modality=arrival.modality,
+                output_units=arrival.output_units if ok else 0,
+                modality=modality,
                 workload=workload,
                 session=session,
-                artifact_sha256=profile.artifact.sha256 if profile else None,
+                artifact_sha256=sha,
             )
         )
     return log, observations

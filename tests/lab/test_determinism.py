@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gridctl.lab.arrivals import trace_digest
-from gridctl.lab.scenario import run, run_report, scenario_header
+from gridctl.lab.scenario import _consumed_digest, run, run_report, scenario_header
 from gridctl.lab.strategies import STRATEGIES, Strategy
 from tests.lab.worlds import small_world
 
@@ -45,3 +46,15 @@ def test_every_tick_runs_the_production_planner_and_reconciler() -> None:
     assert any(line.startswith("warm general-8b") for line in issued)  # the baseline comes up
     assert result.summary["served"] > 0
     assert result.summary["safety_violations"] == 0
+
+
+def test_a_run_that_served_other_arrivals_hashes_what_it_served() -> None:
+    world = small_world(seed=3, minutes=6)
+    copied = [tuple(replace(a) for a in minute) for minute in world.arrivals]
+    assert _consumed_digest(world, copied) == world.digest  # equal records, equal digest
+    busy = next(i for i, minute in enumerate(copied) if minute)
+    changed = list(copied)
+    changed[busy] = tuple(replace(a, user_id="someone-else") for a in copied[busy])
+    assert _consumed_digest(world, changed) != world.digest
+    assert _consumed_digest(world, changed) == trace_digest(a for m in changed for a in m)
+    assert _consumed_digest(world, copied[:busy]) != world.digest
