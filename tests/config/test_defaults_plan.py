@@ -9,6 +9,7 @@ defaults apply at every depth and instances meet places of the wrong shape.
 from __future__ import annotations
 
 import copy
+import datetime
 from pathlib import Path
 from typing import Any
 
@@ -109,3 +110,30 @@ def test_the_plan_fills_what_the_walk_fills(data: st.DataObject) -> None:
     expected = reference(document, relative)
     assert fill_defaults(document, relative) == expected
     assert fill_defaults(document, relative) == expected  # the kept plan, used again
+
+
+def _containers(value: Any) -> list[int]:
+    """The ids of every mapping and list inside ``value``."""
+    if isinstance(value, dict):
+        return [id(value), *(i for item in value.values() for i in _containers(item))]
+    if isinstance(value, list):
+        return [id(value), *(i for item in value for i in _containers(item))]
+    return []
+
+
+@settings(max_examples=200, deadline=None)
+@given(instance=JSON)
+def test_the_filled_copy_shares_no_container_with_the_document(instance: Any) -> None:
+    before = copy.deepcopy(instance)
+    filled = fill_defaults(instance, "defs/host-resources.schema.json")
+    assert not set(_containers(filled)) & set(_containers(instance))
+    assert instance == before  # filling never writes into the caller's document
+
+
+def test_values_outside_json_are_copied_as_deepcopy_copies_them() -> None:
+    when = datetime.datetime(2026, 1, 2, 3, 4, 5)
+    tags = {"a", "b"}
+    document = {"capacity_mb": 1, "seen": when, "tags": tags}
+    filled = fill_defaults(document, "defs/host-resources.schema.json")
+    assert filled["seen"] == when and filled["tags"] == tags
+    assert filled["tags"] is not tags  # a mutable value that is not JSON is still copied
