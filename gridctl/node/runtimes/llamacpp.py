@@ -239,6 +239,20 @@ class LlamaCppRuntime:
                 close_fds=True,
                 start_new_session=True,  # survives the node's terminal and the node itself
             )
+        return self._record_launch(popen, argv, model_id, port, journal, model_id)
+
+    def _record_launch(
+        self,
+        popen: subprocess.Popen[bytes],
+        argv: list[str],
+        model_id: str,
+        port: int,
+        journal: SpawnJournal,
+        log_name: str,
+    ) -> ProcessIdentity:
+        """Keep the child, journal its PID and port, prove it is the process launched
+        and journal that proof; the child is stopped if any step fails (every adapter
+        launches through this, so none can leave an unrecorded engine running)."""
         with self._lock:
             self._children[popen.pid] = popen
         try:
@@ -249,7 +263,7 @@ class LlamaCppRuntime:
         identity = observe_launched_identity(popen.pid)
         if identity is None or identity.cmdline != tuple(argv):
             self._kill_unrecorded(popen)
-            detail = f"{model_id} exited at launch; {self.log_tail(model_id)}"
+            detail = f"{log_name} exited at launch; {self.log_tail(log_name)}"
             raise ChildFailed("child_exited", detail)
         try:
             journal.proven(model_id, identity)

@@ -39,7 +39,7 @@ from typing import Any
 
 import httpx
 
-from gridctl.node.processes import Liveness, observe_launched_identity, stop_proven
+from gridctl.node.processes import Liveness, stop_proven
 from gridctl.node.records import ProcessIdentity
 from gridctl.node.runtimes.adapter import (
     ChildFailed,
@@ -176,23 +176,7 @@ class LlamaCppRouterRuntime(LlamaCppRuntime):
                 close_fds=True,
                 start_new_session=True,
             )
-        with self._lock:
-            self._children[popen.pid] = popen
-        try:
-            journal.spawned(model_id, popen.pid, port)
-        except BaseException:
-            self._kill_unrecorded(popen)
-            raise
-        identity = observe_launched_identity(popen.pid)
-        if identity is None or identity.cmdline != tuple(argv):
-            self._kill_unrecorded(popen)
-            raise ChildFailed("child_exited", f"router exited at launch; {self.log_tail('router')}")
-        try:
-            journal.proven(model_id, identity)
-        except BaseException:
-            self._kill_unrecorded(popen)
-            raise
-        return identity
+        return self._record_launch(popen, argv, model_id, port, journal, "router")
 
     def wait_ready(
         self,

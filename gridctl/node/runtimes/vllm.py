@@ -36,10 +36,9 @@ import httpx
 import psutil
 
 from gridctl.artifacts.objects import sha256_of
-from gridctl.node.processes import observe_launched_identity, stop_proven
+from gridctl.node.processes import stop_proven
 from gridctl.node.records import ProcessIdentity
 from gridctl.node.runtimes.adapter import (
-    ChildFailed,
     EngineActivity,
     LaunchOptions,
     RuntimeFailure,
@@ -233,25 +232,8 @@ class VllmRuntime(LlamaCppRuntime):
                 close_fds=True,
                 start_new_session=True,  # survives the node; its own process group
             )
-        with self._lock:
-            self._children[popen.pid] = popen
         lower_priority(popen.pid, self.niceness)  # before it starts its engine processes
-        try:
-            journal.spawned(model_id, popen.pid, port)
-        except BaseException:
-            self._kill_unrecorded(popen)
-            raise
-        identity = observe_launched_identity(popen.pid)
-        if identity is None or identity.cmdline != tuple(argv):
-            self._kill_unrecorded(popen)
-            detail = f"{model_id} exited at launch; {self.log_tail(model_id)}"
-            raise ChildFailed("child_exited", detail)
-        try:
-            journal.proven(model_id, identity)
-        except BaseException:
-            self._kill_unrecorded(popen)
-            raise
-        return identity
+        return self._record_launch(popen, argv, model_id, port, journal, model_id)
 
     def spawn(
         self,
