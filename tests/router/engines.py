@@ -87,6 +87,7 @@ class FakeEngine:
     peak: int = 0
     held: bool = False  # while set, requests wait before their delay (at most 30 s)
     headers: list[dict[str, str]] = field(default_factory=list)
+    max_tokens: list[object] = field(default_factory=list)  # each request's, as it arrived
     _server: uvicorn.Server | None = None
     _thread: threading.Thread | None = None
 
@@ -98,6 +99,7 @@ class FakeEngine:
         self.posts += 1
         self.headers.append(dict(request.headers))
         body = json.loads(await request.body())
+        self.max_tokens.append(body.get("max_tokens"))
         self.active += 1
         self.peak = max(self.peak, self.active)
         try:

@@ -229,13 +229,13 @@ async def served_in_line(
 ) -> tuple[list[int], list[int]]:
     """``requests`` chats for an engine with one slot, the first taking it and each of the
     rest joining the router's line before the next arrives: their statuses (in arrival
-    order) and the order in which they were served (by arrival index)."""
-    order: list[int] = []
+    order) and the order in which the router admitted them to the engine (by arrival
+    index, read off what the engine received: the order answers reach their callers also
+    depends on how soon each caller's task runs on a loaded machine)."""
     async with rig.client() as client:
 
         async def ask(i: int) -> int:
             reply = await chat(client, max_tokens=i + 1)  # a valid body that names its request
-            order.append(i)
             return reply.status_code
 
         engine.held = True  # the first answer waits until the whole line has formed
@@ -247,6 +247,7 @@ async def served_in_line(
             await until(lambda: rig.router._waiting.get(MODEL, 0) >= len(queued))
         engine.held = False
         statuses = await asyncio.gather(first, *queued)
+    order = [int(tokens) - 1 for tokens in engine.max_tokens if isinstance(tokens, int)]
     return list(statuses), order
 
 
