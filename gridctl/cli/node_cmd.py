@@ -108,6 +108,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     start.add_argument("--engine-ctx", type=int, default=2048)
     start.add_argument("--engine-parallel", type=int, default=2)
     start.add_argument("--llama-server", type=Path, default=None, help="llama-server binary")
+    start.add_argument(
+        "--vllm-python",
+        type=Path,
+        default=None,
+        help="the vLLM virtualenv's interpreter: offer the vllm runtime "
+        "(default: $GRIDCTL_VLLM_PYTHON; neither: no vllm runtime)",
+    )
     start.add_argument("--artifact-dir", type=Path, default=None, help="artifact cache")
     start.add_argument(
         "--artifact-listen",
@@ -237,12 +244,23 @@ def _config(args: argparse.Namespace) -> NodeConfig:
         ),
         stop_idle_timeout=args.stop_idle_seconds,
         binary=args.llama_server,
+        vllm_python=_vllm_python(args.vllm_python),
         artifact_dir=args.artifact_dir,
         artifact_listen=args.artifact_listen,
         artifact_peer_ca=args.artifact_peer_ca,
         policy=_policy(args),
         advertise=args.advertise,
     )
+
+
+def _vllm_python(path: Path | None) -> Path | None:
+    """``--vllm-python`` as an absolute path; a path that is not an executable file is
+    refused here, before the daemon starts, naming the flag."""
+    if path is None:
+        return None
+    if not path.is_file() or not os.access(path, os.X_OK):
+        raise GridctlError(f"--vllm-python {path}: not an executable file")
+    return path.absolute()
 
 
 def _resolve_identity(args: argparse.Namespace) -> None:
@@ -380,6 +398,7 @@ def _start_flags(args: argparse.Namespace) -> list[str]:
         ("--capacity-mb", args.capacity_mb),
         ("--external-mb", args.external_mb),
         ("--llama-server", args.llama_server),
+        ("--vllm-python", args.vllm_python.absolute() if args.vllm_python else None),
         ("--artifact-dir", args.artifact_dir),
         ("--artifact-listen", args.artifact_listen),
         ("--artifact-peer-ca", args.artifact_peer_ca.absolute() if args.artifact_peer_ca else None),
