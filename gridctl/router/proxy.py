@@ -18,8 +18,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import json
 import time
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -115,6 +117,12 @@ class Router:
         # made each release cost as many wake-ups and re-choices as there were waiters)
         self._waiters: dict[str, deque[asyncio.Future[bool]]] = {}
         self._waiting: dict[str, int] = {}
+        # each waiting request's arrival number: the line stays in arrival order however
+        # its requests' tasks happen to run after a wake-up or a look
+        self._arrivals = itertools.count()
+        self._tickets: weakref.WeakKeyDictionary[asyncio.Future[bool], int] = (
+            weakref.WeakKeyDictionary()
+        )
         self.shares = CallerShares()  # per model and caller: slots held, requests waiting
         self.unbound: UnboundDirectory | None = None  # set by the controller service
 
@@ -390,7 +398,7 @@ class Router:
         line = self._waiters.setdefault(model, deque())  # kept: one per configured model
         loop = asyncio.get_running_loop()
         turn: asyncio.Future[bool] | None = None
-        front = False  # back in line at the front: it was first when it was woken or looked
+        ticket = next(self._arrivals)
         try:
             while True:
                 candidates = self._candidates(model)
@@ -401,10 +409,9 @@ class Router:
                     return None
                 turn = loop.create_future()
                 self.shares.queued(turn, caller)
-                if front:  # the slot went to a newcomer, or its look found none
-                    line.appendleft(turn)
-                else:
-                    line.append(turn)
+                # a request back from a wake-up or a look whose slot went to another
+                # goes back to its own place: before every request that came after it
+                self._join(line, turn, ticket)
                 timer = [loop.call_later(min(left, RECHECK_SECONDS), _look_again, turn, line)]
                 timer.append(loop.call_at(loop.time() + left, _look_again, turn, None))
                 try:
@@ -414,7 +421,6 @@ class Router:
                     for handle in timer:
                         handle.cancel()
                 looked = not turn.result()
-                front = not looked or (bool(line) and line[0] is turn)
                 if looked:
                     with contextlib.suppress(ValueError):
                         line.remove(turn)  # looked again on its own: not in line meanwhile
@@ -439,6 +445,17 @@ class Router:
                         line.remove(turn)
                 elif turn.result():
                     self._wake_next(model)  # woken, but gave up: the slot is the next one's
+
+    def _join(
+        self, line: deque[asyncio.Future[bool]], turn: asyncio.Future[bool], ticket: int
+    ) -> None:
+        """Put ``turn`` in ``line`` by its request's arrival number ``ticket`` (a new
+        request's is the highest: it goes last, in one step)."""
+        self._tickets[turn] = ticket
+        index = len(line)
+        while index and self._tickets.get(line[index - 1], -1) > ticket:
+            index -= 1
+        line.insert(index, turn)
 
     def _wake_next(self, model: str) -> None:
         """Hand a released slot of ``model`` to the request next in line for one: the
