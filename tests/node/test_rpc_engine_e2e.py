@@ -94,6 +94,10 @@ def _listening(pid: int, port: int) -> bool:
     )
 
 
+def _resident_mb(pid: int) -> int:
+    return int(psutil.Process(pid).memory_info().rss) >> 20
+
+
 def _healthy(port: int) -> bool:
     try:
         return httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200
@@ -135,11 +139,20 @@ def test_gemma_split_over_two_stage_servers_answers_as_one_host(tmp_path: Path) 
         for stage, port, log in stages:
             _wait_until(partial(_listening, stage.pid, port), stage, log)
 
+        idle_mb = [_resident_mb(stage.pid) for stage, _, _ in stages]
+
         rpc = ",".join(f"127.0.0.1:{port}" for port in stage_ports)
         split_argv = [*_engine_argv(engine, weights, split_port), "--rpc", rpc, "-ngl", "99"]
         split = children.enter_context(_child(split_argv, logs["split"]))
         _wait_until(partial(_healthy, split_port), split, logs["split"])
         from_split = _complete(split_port)
+        # the layers went to the stage servers: each holds a share, together most of the file
+        grown_mb = [
+            _resident_mb(stage.pid) - idle
+            for (stage, _, _), idle in zip(stages, idle_mb, strict=True)
+        ]
+        weights_mb = weights.stat().st_size >> 20
+        assert min(grown_mb) >= 8 and sum(grown_mb) >= weights_mb // 2, (grown_mb, weights_mb)
 
         alone = children.enter_context(
             _child(_engine_argv(engine, weights, alone_port), logs["alone"])
@@ -147,6 +160,7 @@ def test_gemma_split_over_two_stage_servers_answers_as_one_host(tmp_path: Path) 
         _wait_until(partial(_healthy, alone_port), alone, logs["alone"])
         from_one_host = _complete(alone_port)
 
+        print(f"\nsplit ({grown_mb} MB on the stages): {from_split!r}; alone: {from_one_host!r}")
         assert from_split.strip(), f"the split engine answered nothing:\n{_log_tail(logs['split'])}"
         assert from_split == from_one_host  # greedy decoding: the same tokens either way
         for _stage, _port, log in stages:
