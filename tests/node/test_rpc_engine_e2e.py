@@ -2,7 +2,9 @@
 
 Two ``ggml-rpc-server`` stage servers and one ``llama-server --rpc A,B -ngl 99`` hold
 Gemma 3 270M's layers between them; a greedy completion must give exactly the tokens
-the same ``llama-server`` gives alone. The stage server is in the engine only when it
+the same ``llama-server`` gives alone, and both stage servers must hold part of the
+weights (llama-server connects to them even with ``-ngl 0``, so a connection alone
+proves nothing). The stage server is in the engine only when it
 was built with ``-DGGML_RPC=ON`` (scripts/bootstrap does): without it the test is
 skipped, except under ``CI``, where a missing stage server is the bootstrap's failure.
 """
