@@ -148,7 +148,7 @@ def test_gemma_split_over_two_stage_servers_answers_as_one_host(tmp_path: Path) 
         split = children.enter_context(_child(split_argv, logs["split"]))
         _wait_until(partial(_healthy, split_port), split, logs["split"])
         from_split = _complete(split_port)
-        # the layers went to the stage servers: each holds a share, together most of the file
+        # the layers went to the stage servers: each holds a share, together half the file or more
         grown_mb = [
             _resident_mb(stage.pid) - idle
             for (stage, _, _), idle in zip(stages, idle_mb, strict=True)
