@@ -96,7 +96,9 @@ class DemandBook:
             direct, unbound = dict(learner.direct), dict(learner.unbound)
             sequences = SequenceLearner(learner.sequences.policy)
             sequences.restore(dict(learner.sequences.cursors), dict(learner.sequences.transitions))
-        return revision, learner_rows(direct, unbound, sequences)  # serialised outside the lock
+            arrivals = dict(learner.arrivals)
+        # serialised outside the lock
+        return revision, learner_rows(direct, unbound, sequences, arrivals)
 
     def restore_demand(
         self, rows: list[Row], policy: ControllerPolicy, now: float, *, over: bool = False
@@ -110,9 +112,15 @@ class DemandBook:
             learner = self._learner
             if over:
                 restored = overlay(
-                    restored, learner.direct, learner.unbound, learner.sequences, policy
+                    restored,
+                    learner.direct,
+                    learner.unbound,
+                    learner.sequences,
+                    policy,
+                    learner.arrivals,
                 )
             learner.direct = dict(restored.direct)
+            learner.arrivals = dict(restored.arrivals)
             learner.unbound = dict(restored.unbound)
             learner.sequences.restore(restored.cursors, restored.transitions)
             learner.revision += 1

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from itertools import pairwise
 
 from gridctl.demand.buckets import (
     BucketSeries,
@@ -29,6 +30,7 @@ from gridctl.demand.sequences import SequenceLearner, WorkloadTransition
 from gridctl.domain import ControllerPolicy, ModelDemand, WorkloadCatalog
 
 RECENT_RATE_BUCKETS = 5  # arrival rate also counts the current, incomplete bucket
+RECURRENCE_ARRIVALS = 4  # per workload, the last arrivals (distinct buckets) remembered
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +47,23 @@ class WorkloadDemand:
     anticipated_requests_per_minute: float = 0.0  # from mature affinity transitions
     anticipated_from: tuple[str, ...] = ()
     anticipated_confidence: float = 0.0  # the learned edge's confidence
+    # a sparse workload's rhythm, beyond the demand window: the longest gap between its
+    # last few arrivals (0 with fewer than two) and how long ago the last one came
+    recurrence_gap_seconds: float = 0.0
+    last_arrival_age_seconds: float = 0.0
 
     @property
     def failures(self) -> float:
         return self.error_rate * self.requests
+
+    def recurs(self, policy: ControllerPolicy) -> bool:
+        """Whether its next arrival is still expected: its last one is no older than
+        half again the longest gap seen between its recent ones, and that gap is within
+        ``sparse_recurrence_max_gap_seconds``."""
+        gap = self.recurrence_gap_seconds
+        return 0.0 < gap <= policy.sparse_recurrence_max_gap_seconds and (
+            self.last_arrival_age_seconds <= 1.5 * gap
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +104,9 @@ class DemandLearner:
         self.sequences = SequenceLearner(policy)
         self.outcomes = OutcomeBook(policy)
         self.artifacts: dict[str, str] = {}  # configured model -> sha256 ("" when undeclared)
+        # per workload, the bucket starts of its last unbound arrivals, oldest first: a
+        # sparse workload's rhythm outlives the demand window
+        self.arrivals: dict[str, tuple[float, ...]] = {}
         self.revision = 0
 
     def configure(self, artifacts: Mapping[str, str | None], retiring: Iterable[str] = ()) -> None:
@@ -149,6 +167,7 @@ class DemandLearner:
         if features.unbound:
             series = self._series(self.unbound, workload)
             self.unbound[workload] = series.fold(replace(observation, model_id=workload))
+            self._arrived(workload, (features.t,))
         elif features.model in self.artifacts:
             model = str(features.model)
             series = self._series(self.direct, model)
@@ -217,8 +236,21 @@ class DemandLearner:
         self.revision += len(batch)
         for name, series_rows in unbound_rows.items():
             self.unbound[name] = self._series(self.unbound, name).fold_rows(series_rows)
+            self._arrived(name, [row[0] for row in series_rows])
         for name, series_rows in direct_rows.items():
             self.direct[name] = self._series(self.direct, name).fold_rows(series_rows)
+
+    def _arrived(self, workload: str, times: Iterable[float]) -> None:
+        """Remember the buckets of ``workload``'s unbound arrivals at ``times``."""
+        width = self.policy.demand_bucket_seconds
+        kept = list(self.arrivals.get(workload, ()))
+        for at in times:
+            start = bucket_start(at, width)
+            if not kept or start > kept[-1]:
+                kept.append(start)
+            elif start not in kept:  # late: in its place
+                kept = sorted({*kept, start})
+        self.arrivals[workload] = tuple(kept[-RECURRENCE_ARRIVALS:])
 
     def record_evaluation(
         self, model_id: str, workload: str, sha: str | None, quality: float, at: float
@@ -250,6 +282,7 @@ class DemandLearner:
             "revision": self.revision,
             "direct": buckets(self.direct),
             "unbound": buckets(self.unbound),
+            "arrivals": {name: list(times) for name, times in sorted(self.arrivals.items())},
             "sequences": self.sequences.state(),
             "outcomes": [
                 [*key, c.weight, c.total, c.second, c.at]
@@ -317,6 +350,16 @@ class DemandLearner:
                 error_rate=demand.error_rate,
                 mean_service_seconds=service,
             )
+        width = self.policy.demand_bucket_seconds
+        for name, times in sorted(self.arrivals.items()):
+            if name not in self.catalog.names:
+                continue
+            gap = max((b - a for a, b in pairwise(times)), default=0.0)
+            age = max(0.0, bucket_start(now, width) - times[-1])
+            row = rows.get(name) or WorkloadDemand(name, 0, 0.0, 0.0, 0.0, 0.0, 0.0)
+            rhythm = replace(row, recurrence_gap_seconds=gap, last_arrival_age_seconds=age)
+            if name in rows or rhythm.recurs(self.policy):
+                rows[name] = rhythm
         for edge in transitions:
             source = rows.get(edge.source)
             if source is None or source.requests_per_minute <= 0:

@@ -1,15 +1,17 @@
 """The demand learners' bounded state as rows, and back, so it survives a restart.
 
 One row per demand bucket (``direct`` per configured model, ``unbound`` per
-workload), per affinity cursor and per workload transition: ``(kind, name,
+workload), per affinity cursor, per workload transition and per workload's
+last arrivals (``arrivals``: a sparse workload's rhythm): ``(kind, name,
 slot, body)`` with ``body`` JSON text. A cursor's name is the double-hashed
 session token the learner already holds (the raw affinity key never exists
 here); a transition's name is its ``[source, target]`` pair. Rows are the unit
 of trust on the way back: each one is validated on its own, so a corrupt row
 is refused with the reason and its key while every other row is restored.
 Restoring also applies the windows at the instant given: buckets older than
-the demand window, and cursors or transitions not seen within the affinity
-expiry, are dropped rather than revived. Pure: time is an argument.
+the demand window, cursors or transitions not seen within the affinity
+expiry, and arrivals whose rhythm can no longer recur are dropped rather than
+revived. Pure: time is an argument.
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ from typing import Any
 
 from gridctl.demand.buckets import BucketSeries, DemandBucket, bucket_start
 from gridctl.demand.histograms import BUCKETS, LatencyHistogram
+from gridctl.demand.learning import RECURRENCE_ARRIVALS
 from gridctl.demand.sequences import LEAD_SAMPLES, Cursor, SequenceLearner, TransitionStats
 from gridctl.domain import ControllerPolicy
 
 SERIES_KINDS = ("direct", "unbound")
-CURSOR, TRANSITION = "cursor", "transition"
-KINDS = (*SERIES_KINDS, CURSOR, TRANSITION)
+CURSOR, TRANSITION, ARRIVALS = "cursor", "transition", "arrivals"
+KINDS = (*SERIES_KINDS, CURSOR, TRANSITION, ARRIVALS)
 MAX_NAME_CHARS = 512
 
 Row = tuple[str, str, float, str]  # (kind, name, slot, body JSON)
@@ -46,6 +49,7 @@ class Restored:
     unbound: dict[str, BucketSeries] = field(default_factory=dict)
     cursors: dict[str, Cursor] = field(default_factory=dict)
     transitions: dict[tuple[str, str], TransitionStats] = field(default_factory=dict)
+    arrivals: dict[str, tuple[float, ...]] = field(default_factory=dict)
     restored: int = 0
     expired: int = 0  # outside their window at the restoring instant
     refused: list[str] = field(default_factory=list)  # one message per invalid row
@@ -59,8 +63,10 @@ def learner_rows(
     direct: dict[str, BucketSeries],
     unbound: dict[str, BucketSeries],
     sequences: SequenceLearner,
+    arrivals: dict[str, tuple[float, ...]] | None = None,
 ) -> dict[RowKey, str]:
-    """Every bucket, cursor and transition the learners hold, keyed for the store."""
+    """Every bucket, cursor, transition and workload's last arrivals the learners hold,
+    keyed for the store."""
     rows: dict[RowKey, str] = {}
     for kind, book in (("direct", direct), ("unbound", unbound)):
         for name, series in book.items():
@@ -85,6 +91,8 @@ def learner_rows(
         rows[(TRANSITION, name, 0.0)] = _body(
             {"examples": s.examples, "leads": list(s.leads), "seen": s.seen}
         )
+    for name, starts in (arrivals or {}).items():
+        rows[(ARRIVALS, name, 0.0)] = _body({"starts": list(starts)})
     return rows
 
 
@@ -183,6 +191,18 @@ def _transition(name: str, body: dict[str, Any]) -> tuple[tuple[str, str], Trans
     return (source, target), TransitionStats(examples, values, _number(body, "seen"))
 
 
+def _arrivals(body: dict[str, Any], width: float) -> tuple[float, ...]:
+    raw = body.get("starts")
+    if not isinstance(raw, list) or not 0 < len(raw) <= RECURRENCE_ARRIVALS:
+        raise RowError(f"starts must list 1..{RECURRENCE_ARRIVALS} bucket starts")
+    starts = tuple(_number({"start": v}, "start") for v in raw)
+    if list(starts) != sorted(set(starts)):
+        raise RowError("starts must be increasing")
+    if any(start != bucket_start(start, width) for start in starts):
+        raise RowError(f"every start must begin a {width:g} s bucket")
+    return starts
+
+
 # --- restoring ---------------------------------------------------------------------------
 
 
@@ -213,6 +233,15 @@ def restore_rows(rows: Iterable[Row], policy: ControllerPolicy, now: float) -> R
                     out.expired += 1
                     continue
                 buckets.setdefault((kind, name), []).append(bucket)
+            elif kind == ARRIVALS:
+                starts = _arrivals(body, width)
+                # past half again the longest gap the policy allows, it cannot recur
+                if starts[-1] > now or (
+                    now - starts[-1] > 1.5 * policy.sparse_recurrence_max_gap_seconds
+                ):
+                    out.expired += 1
+                    continue
+                out.arrivals[name] = starts
             elif kind == CURSOR:
                 cursor = _cursor(body)
                 if cursor.seen < affinity_horizon or cursor.seen > now:
@@ -243,6 +272,7 @@ def overlay(
     unbound: dict[str, BucketSeries],
     sequences: SequenceLearner,
     policy: ControllerPolicy,
+    arrivals: dict[str, tuple[float, ...]] | None = None,
 ) -> Restored:
     """``restored`` laid over what this process learned itself (a controller taking
     over from another): a persisted bucket, cursor or transition replaces the local
@@ -252,6 +282,7 @@ def overlay(
         unbound=_overlay_series(unbound, restored.unbound, policy),
         cursors={**sequences.cursors, **restored.cursors},
         transitions={**sequences.transitions, **restored.transitions},
+        arrivals=_overlay_arrivals(arrivals or {}, restored.arrivals),
         restored=restored.restored,
         expired=restored.expired,
         refused=list(restored.refused),
@@ -263,6 +294,16 @@ def overlay(
         transitions[max(0, len(transitions) - policy.affinity_max_transitions) :]
     )
     return merged
+
+
+def _overlay_arrivals(
+    local: dict[str, tuple[float, ...]], persisted: dict[str, tuple[float, ...]]
+) -> dict[str, tuple[float, ...]]:
+    """Per workload, the newest arrivals of both, within the learner's count."""
+    return {
+        name: tuple(sorted({*local.get(name, ()), *persisted.get(name, ())}))[-RECURRENCE_ARRIVALS:]
+        for name in sorted({*local, *persisted})
+    }
 
 
 def _overlay_series(

@@ -63,6 +63,7 @@ class ControllerPolicy:
     portfolio_min_observations: int = 3
     portfolio_min_offered_concurrency: float = 1.5
     media_canary_min_offered_concurrency: float = 1.0
+    sparse_recurrence_max_gap_seconds: float = 3600.0
     portfolio_max_candidates_per_workload: int = 4
     portfolio_max_portfolios: int = 64
     preemption_path_limit: int = 16

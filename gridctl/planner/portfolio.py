@@ -79,7 +79,8 @@ def retained(
     inputs: PortfolioInputs, gates: dict[str, Gate], spare: bool
 ) -> dict[str, tuple[Gate, str]]:
     """Below-gate workloads whose serving model stays: with the fleet's spare-capacity
-    proof, a workload that has an observation in the demand window keeps the READY
+    proof, a workload that has an observation in the demand window, or whose next
+    arrival is still expected by its rhythm (``WorkloadDemand.recurs``), keeps the READY
     model the router answers it with as one canary (correlation-only demand: spare
     capacity only, never a preemption) instead of losing it once the scale-down cooldown
     passes. Its only candidate is that model, so thin evidence never loads another."""
@@ -88,15 +89,20 @@ def retained(
     kept: dict[str, tuple[Gate, str]] = {}
     for demand in inputs.workloads:
         current = gates[demand.workload]
-        if current.admitted or demand.requests < 1:
+        recurs = demand.requests < 1 and demand.recurs(inputs.policy)
+        if current.admitted or (demand.requests < 1 and not recurs):
             continue
         serving = serving_model(inputs.snapshot, inputs.profiles, demand.workload, inputs.policy)
         if serving is None:
             continue
-        reason = (
-            f"{serving.name} is ready and serves it; {demand.requests} observation(s) in the "
-            "demand window with fleet spare capacity"
-        )
+        if recurs:
+            evidence = (
+                f"its arrivals come up to {demand.recurrence_gap_seconds / 60.0:g} min apart "
+                f"and the last was {demand.last_arrival_age_seconds / 60.0:g} min ago"
+            )
+        else:
+            evidence = f"{demand.requests} observation(s) in the demand window"
+        reason = f"{serving.name} is ready and serves it; {evidence} with fleet spare capacity"
         admitted = Gate(demand.workload, True, "resident", True, reason)
         kept[demand.workload] = (admitted, serving.name)
     return kept

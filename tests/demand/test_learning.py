@@ -184,6 +184,8 @@ def test_learner_memory_stays_within_caps(
         )
         assert set(book.direct) <= {"coder", "general"}
         assert set(book.unbound) <= set(workloads)
+        assert set(book.arrivals) <= set(workloads)
+        assert all(len(a) <= 4 for a in book.arrivals.values())
         assert all(len(s.buckets) <= 4 for s in (*book.direct.values(), *book.unbound.values()))
         assert len(book.sequences.cursors) <= 6
         assert len(book.sequences.transitions) <= 5

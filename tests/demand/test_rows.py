@@ -49,7 +49,7 @@ def learn(observed: list[tuple[float, str | None, str, str, float, str]]) -> Dem
 
 
 def rows_of(learner: DemandLearner) -> list[tuple[str, str, float, str]]:
-    found = learner_rows(learner.direct, learner.unbound, learner.sequences)
+    found = learner_rows(learner.direct, learner.unbound, learner.sequences, learner.arrivals)
     return [(*key, body) for key, body in sorted(found.items())]
 
 
@@ -64,12 +64,17 @@ def test_rows_restore_exactly_what_the_learners_held(
     assert restored.refused == [] and restored.expired == 0
     again = DemandLearner(POLICY, WorkloadCatalog())
     again.direct, again.unbound = restored.direct, restored.unbound
+    again.arrivals = restored.arrivals
     again.sequences.restore(restored.cursors, restored.transitions)
     assert {k: v for k, v in again.state().items() if k not in ("revision", "outcomes")} == {
         k: v for k, v in learner.state().items() if k not in ("revision", "outcomes")
     }
     assert again.picture(now).models == learner.picture(now).models
     assert again.sequences.edges(now) == learner.sequences.edges(now)
+
+
+def starts(*at: float) -> str:
+    return json.dumps({"starts": list(at)})
 
 
 def good_bucket(**changes: object) -> str:
@@ -105,6 +110,9 @@ def good_bucket(**changes: object) -> str:
             "started <= completed <= seen",
         ),
         (("transition", '["a", "a"]', 0.0, '{"examples": 1}'), "moves to another workload"),
+        (("arrivals", "video", 0.0, '{"starts": []}'), "starts must list 1..4"),
+        (("arrivals", "video", 0.0, starts(T0, T0 - 60)), "increasing"),
+        (("arrivals", "video", 0.0, starts(T0 + 1)), "must begin a 60 s bucket"),
         (
             ("transition", '["a", "b"]', 0.0, '{"examples": 1, "leads": [1, 2], "seen": 5}'),
             "one per example",
@@ -140,13 +148,18 @@ def test_windows_are_applied_at_the_restoring_instant() -> None:
             ("direct", "m", future, good_bucket()),
             ("transition", '["a", "b"]', 0.0, transition % (now - 3601)),
             ("transition", '["a", "c"]', 0.0, transition % (now - 3599)),
+            # a rhythm is kept while half again the longest allowed gap has not passed
+            ("arrivals", "video", 0.0, starts(now - 5400)),
+            ("arrivals", "image", 0.0, starts(now - 5460)),
+            ("arrivals", "audio", 0.0, starts(now + 60)),
         ],
         POLICY,
         now,
     )
     assert [b.start for b in restored.direct["m"].buckets] == [kept]
     assert list(restored.transitions) == [("a", "c")]
-    assert (restored.restored, restored.expired, restored.refused) == (2, 3, [])
+    assert restored.arrivals == {"video": (now - 5400,)}
+    assert (restored.restored, restored.expired, restored.refused) == (3, 5, [])
 
 
 def test_a_takeover_lays_persisted_rows_over_its_own_learning() -> None:
@@ -158,7 +171,11 @@ def test_a_takeover_lays_persisted_rows_over_its_own_learning() -> None:
         features_of(t=T0 + 620, endpoint="chat", model=None, served_model=None, workload="coding")
     )
     restored = restore_rows(rows_of(persisted), POLICY, T0 + 700)
-    merged = overlay(restored, local.direct, local.unbound, local.sequences, POLICY)
+    local.observe(
+        features_of(t=T0 + 60, endpoint="chat", model=None, served_model=None, workload="coding")
+    )
+    merged = overlay(restored, local.direct, local.unbound, local.sequences, POLICY, local.arrivals)
     buckets = {b.start: b.requests for b in merged.direct["m"].buckets}
     assert buckets == {T0: 1, T0 + 600: 2}  # the persisted bucket replaces the local one
     assert list(merged.unbound) == ["coding"]
+    assert merged.arrivals == {"coding": (T0 + 60, T0 + 600)}  # both processes' arrivals

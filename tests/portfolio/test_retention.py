@@ -65,3 +65,38 @@ def test_thin_evidence_never_loads_a_better_model() -> None:
     assert gate.path == "resident"
     assert mapping == {"video": "video-gen"}
     assert targets.get("video-pro", 0) == 0
+
+
+def rhythm(gap_minutes: float, age_minutes: float) -> tuple:
+    """A video workload with nothing in the demand window, whose last arrivals came up
+    to ``gap_minutes`` apart, the last ``age_minutes`` ago."""
+    demand = workload(
+        "video",
+        0,
+        0.0,
+        recurrence_gap_seconds=gap_minutes * 60.0,
+        last_arrival_age_seconds=age_minutes * 60.0,
+    )
+    result = plan_portfolio(inputs((VIDEO,), roomy("video-gen"), (demand,)))
+    gate = next(g for g in result.gates if g.workload == "video")
+    return gate, dict(result.mapping), dict(result.plan.targets)
+
+
+def test_a_workload_whose_next_arrival_is_expected_keeps_its_model() -> None:
+    """Video jobs 34 minutes apart: 40 minutes after the last (nothing in the window,
+    and the next is not overdue: 1.5 x 34 = 51) the model stays."""
+    gate, mapping, targets = rhythm(34, 40)
+    assert gate.admitted and gate.path == "resident" and gate.canary_only
+    assert "arrivals come up to 34 min apart and the last was 40 min ago" in gate.reason
+    assert mapping == {"video": "video-gen"} and targets.get("video-gen") == 1
+
+
+def test_an_overdue_rhythm_keeps_nothing() -> None:
+    gate, mapping, targets = rhythm(34, 52)
+    assert not gate.admitted and mapping == {}
+    assert targets.get("video-gen", 0) == 0
+
+
+def test_a_rhythm_slower_than_the_policys_bound_keeps_nothing() -> None:
+    gate, _mapping, targets = rhythm(61, 40)  # the default bound is 60 minutes
+    assert not gate.admitted and targets.get("video-gen", 0) == 0
