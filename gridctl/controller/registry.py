@@ -41,6 +41,7 @@ from gridctl.domain import (
     Residency,
     ResidencyState,
 )
+from gridctl.domain.fleet import planned_last_use
 from gridctl.errors import WireError
 from gridctl.routes import EngineRoute
 
@@ -764,9 +765,7 @@ class Registry:
                 residency.active_requests, counts.get((record.host_id, residency.model_id), 0)
             )
             state = self._planned_state(record, residency, now)
-            last_used = (
-                max(residency.last_used_at or 0.0, watermarks.get(residency.model_id, 0.0)) or None
-            )
+            last_used = planned_last_use(residency.last_used_at, watermarks.get(residency.model_id))
             residencies.append(
                 replace(residency, state=state, active_requests=active, last_used_at=last_used)
             )

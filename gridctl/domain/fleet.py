@@ -67,6 +67,13 @@ class Residency:
         return self.ownership is Ownership.MANAGED and not self.pinned
 
 
+def planned_last_use(reported: float | None, watermark: float | None) -> float | None:
+    """A residency's last use as the planner sees it: the later of what its node reported
+    and the router's model-wide last-use watermark (any replica of the model serving a
+    request keeps every replica of it recent); None when neither is known."""
+    return max(reported or 0.0, watermark or 0.0) or None
+
+
 @dataclass(frozen=True)
 class CachedArtifact:
     """Weights present on a host's disk (no process, no memory)."""

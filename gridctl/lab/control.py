@@ -15,7 +15,7 @@ is planned, never the physics, the arrivals or the delivery rule.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gridctl.demand import DemandLearner, DemandPicture
@@ -34,6 +34,7 @@ from gridctl.domain import (
     ReceiptStatus,
     ResidencyState,
 )
+from gridctl.domain.fleet import planned_last_use
 from gridctl.lab.actionbook import ActionBook
 from gridctl.lab.strategies import (
     Strategy,
@@ -126,6 +127,7 @@ class LabController:
         self.previous: dict[str, ModelProfile] | None = None
         self.timings: dict[TimingKey, LearnedTiming] = {}  # learned as the store learns them
         self.session_keys: dict[str, str] = {}  # router session hash -> the learner's key
+        self.last_used: dict[str, float] = {}  # the router's per-model last-use watermark
         self.commit(desired)
 
     def commit(self, desired: DesiredState) -> None:
@@ -157,11 +159,22 @@ class LabController:
     def observe(self, observation: RequestObservation) -> None:
         """One simulated router observation, as the controller's demand book takes it."""
         self.learner.observe(observation_features(observation))
+        self._used((observation,))
 
     def observe_all(self, observations: Sequence[RequestObservation]) -> None:
         """A minute of router observations, in order, as ``observe`` takes each one."""
         keys = self.session_keys
         self.learner.observe_all([observation_features(o, keys) for o in observations])
+        self._used(observations)
+
+    def _used(self, observations: Iterable[RequestObservation]) -> None:
+        """The router's model-wide last-use watermark: every request a replica took
+        (served or failed; a refusal reached none) marks its model used."""
+        marks = self.last_used
+        for o in observations:
+            model = o.served_model
+            if model is not None and o.outcome != "rejected" and o.t > marks.get(model, 0.0):
+                marks[model] = o.t
 
     def forecast(self, now: float) -> tuple[DemandPicture, tuple[ModelDemand, ...]]:
         """The learners' picture and the demand the planner gets, combined as the controller
@@ -227,6 +240,7 @@ class LabController:
     ) -> LabTick:
         picture, forecast = self.forecast(now)
         startup = startup_estimates(self.timings, self.profiles, now, self.policy)
+        hosts = self._with_last_use(hosts)
         observed = FleetSnapshot(now=now, hosts=hosts, demand=forecast)
         inputs = TickInputs(
             now=now,
@@ -256,6 +270,27 @@ class LabController:
         self.last = outcome
         unsafe = last_replica_removals(outcome.result.executable, outcome.plan, hosts)
         return LabTick(outcome, unsafe)
+
+    def _with_last_use(self, hosts: tuple[HostSnapshot, ...]) -> tuple[HostSnapshot, ...]:
+        """The hosts as the controller's registry plans them: each residency's last use
+        raised to its model's watermark (``planned_last_use``)."""
+        marks = self.last_used
+        if not marks:
+            return hosts
+        return tuple(
+            replace(
+                h,
+                residencies=tuple(
+                    replace(r, last_used_at=planned_last_use(r.last_used_at, marks[r.model_id]))
+                    if r.model_id in marks
+                    else r
+                    for r in h.residencies
+                ),
+            )
+            if any(r.model_id in marks for r in h.residencies)
+            else h
+            for h in hosts
+        )
 
     # -- delivery ------------------------------------------------------------------
 
