@@ -169,11 +169,17 @@ class LabController:
 
     def _used(self, observations: Iterable[RequestObservation]) -> None:
         """The router's model-wide last-use watermark: every request a replica took
-        (served or failed; a refusal reached none) marks its model used."""
+        (served or failed, on a named host; a refusal reached none) marks its model
+        used, as the router's claim of a route does (``Registry.request_started``)."""
         marks = self.last_used
         for o in observations:
             model = o.served_model
-            if model is not None and o.outcome != "rejected" and o.t > marks.get(model, 0.0):
+            if (
+                model is not None
+                and o.host_id is not None
+                and o.outcome != "rejected"
+                and o.t > marks.get(model, 0.0)
+            ):
                 marks[model] = o.t
 
     def forecast(self, now: float) -> tuple[DemandPicture, tuple[ModelDemand, ...]]:
