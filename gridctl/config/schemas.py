@@ -19,19 +19,18 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import re
 from functools import cache
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import jsonschema_rs
-from referencing import Registry, Resource
-from referencing.exceptions import NoSuchResource
-from referencing.jsonschema import DRAFT202012
+
+from gridctl.config.schema_files import file_uri, lookup, raw, registry, schema_dir
 
 if TYPE_CHECKING:
     from jsonschema import Draft202012Validator
+
+_registry = registry  # the ``referencing`` registry ``jsonschema`` resolves ``$ref``s with
 
 KIND_SCHEMAS: dict[str, str] = {
     "ModelProfile": "model-profile.schema.json",
@@ -42,53 +41,11 @@ KIND_SCHEMAS: dict[str, str] = {
 }
 
 
-def schema_dir() -> Path:
-    """Where the schemas live: ``$GRIDCTL_SCHEMAS`` or ``schemas/`` beside the package."""
-    override = os.environ.get("GRIDCTL_SCHEMAS")
-    if override:
-        return Path(override).resolve()
-    return (Path(__file__).resolve().parent.parent.parent / "schemas").resolve()
-
-
-def _uri(path: Path) -> str:
-    return path.resolve().as_uri()
-
-
-@cache
-def _raw(uri: str) -> dict[str, Any]:
-    base = schema_dir()
-    path = Path(uri.removeprefix("file://"))
-    if base not in path.parents:
-        raise NoSuchResource(ref=uri)  # type: ignore[call-arg]
-    with path.open(encoding="utf-8") as handle:
-        data: dict[str, Any] = json.load(handle)
-    return data
-
-
-def _retrieve(uri: str) -> Resource[Any]:
-    return Resource.from_contents(_raw(uri.split("#", 1)[0]), default_specification=DRAFT202012)
-
-
-@cache
-def _registry() -> Registry[Any]:
-    """Every schema file registered and crawled once: a validation then resolves each
-    ``$ref`` from memory instead of retrieving and re-indexing the referenced file
-    (an unregistered URI still falls back to ``_retrieve``)."""
-    base = schema_dir()
-    resources = [
-        (_uri(path), _retrieve(_uri(path)))
-        for path in sorted(base.rglob("*.schema.json"))
-        if path.is_file()
-    ]
-    registry: Registry[Any] = Registry(retrieve=_retrieve)  # type: ignore[call-arg]
-    return registry.with_resources(resources).crawl()
-
-
 @cache
 def load_schema(relative: str) -> dict[str, Any]:
     """The schema at ``schemas/<relative>``, with ``$id`` set to its file URI."""
-    uri = _uri(schema_dir() / relative)
-    schema = dict(_raw(uri))
+    uri = file_uri(schema_dir() / relative)
+    schema = dict(raw(uri))
     schema["$id"] = uri
     return schema
 
@@ -101,7 +58,7 @@ def validator(relative: str) -> Draft202012Validator:
     from jsonschema import Draft202012Validator
 
     schema = load_schema(relative)
-    return Draft202012Validator(inlined(schema) or schema, registry=_registry())
+    return Draft202012Validator(inlined(schema) or schema, registry=registry())
 
 
 COMPILED_SCHEMAS = (
@@ -242,8 +199,8 @@ def _inline(node: Any, base_uri: str, depth: int) -> Any:
     if ref is not None:
         if depth >= _MAX_REF_DEPTH or not isinstance(ref, str):
             raise _NotInlinable(ref)
-        resolved = _registry().resolver(base_uri=base_uri).lookup(ref)
-        target = _inline(resolved.contents, resolved.resolver._base_uri, depth + 1)
+        contents, contents_uri = lookup(ref, base_uri)
+        target = _inline(contents, contents_uri, depth + 1)
         out["allOf"] = [*out.get("allOf", []), target]
     return out
 
@@ -253,10 +210,8 @@ def resolve(schema: dict[str, Any], base_uri: str) -> tuple[dict[str, Any], str]
     seen = 0
     while "$ref" in schema and seen < 32:
         seen += 1
-        resolver = _registry().resolver(base_uri=base_uri)
-        resolved = resolver.lookup(schema["$ref"])
-        base_uri = resolved.resolver._base_uri
-        merged = dict(resolved.contents)
+        contents, base_uri = lookup(schema["$ref"], base_uri)
+        merged = dict(contents)
         merged.update({k: v for k, v in schema.items() if k != "$ref"})
         schema = merged
     return schema, base_uri
