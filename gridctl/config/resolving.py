@@ -40,8 +40,11 @@ def canonical_sha256(value: str | None) -> str | None:
     return value.lower() if isinstance(value, str) else None
 
 
+_TIER_ORDER = {tier: index for index, tier in enumerate(DataTier)}
+
+
 def sorted_tuple(values: Any) -> tuple[str, ...]:
-    return tuple(sorted(str(v) for v in values or ()))
+    return tuple(sorted(map(str, values))) if values else ()
 
 
 def profile_from_document(doc: dict[str, Any]) -> ModelProfile:
@@ -127,7 +130,7 @@ def resources_from_mapping(data: dict[str, Any]) -> HostResources:
         elif key == "qualified_runtimes":
             value = None if value is None else sorted_tuple(value)
         elif key == "allowed_data_tiers":
-            value = tuple(sorted((DataTier(v) for v in value), key=list(DataTier).index))
+            value = tuple(sorted(map(DataTier, value), key=_TIER_ORDER.__getitem__))
         elif key in ("thermal_derate", "throttle_fraction") and value is not None:
             value = float(value)
         kwargs[key] = value

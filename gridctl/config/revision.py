@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
 
 GIT_TIMEOUT_SECONDS = 10
+_COMMIT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 
 def _git(directory: Path, *args: str) -> str | None:
@@ -32,14 +34,25 @@ def _git(directory: Path, *args: str) -> str | None:
 
 
 def git_revision(directory: Path) -> str | None:
-    """The HEAD commit SHA when ``directory`` is clean in a git work tree, else None."""
-    if _git(directory, "rev-parse", "--is-inside-work-tree") is None:
+    """The HEAD commit SHA when ``directory`` is clean in a git work tree, else None.
+
+    One ``git status``: its ``--branch`` header names HEAD's commit (``(initial)``
+    before the first), every other line is a change under the directory, and it fails
+    outside a work tree (one process instead of three on every load)."""
+    status = _git(
+        directory, "status", "--porcelain=v2", "--branch", "--untracked-files=all", "--", "."
+    )
+    if status is None:
         return None
-    status = _git(directory, "status", "--porcelain", "--untracked-files=all", "--", ".")
-    if status is None or status.strip():
+    head = None
+    for line in status.splitlines():
+        if not line.startswith("# "):
+            return None  # a change, an untracked or an unmerged file under the directory
+        if line.startswith("# branch.oid "):
+            head = line.removeprefix("# branch.oid ").strip()
+    if head is None or not _COMMIT_ID.fullmatch(head):
         return None
-    head = _git(directory, "rev-parse", "HEAD")
-    return head.strip() if head else None
+    return head
 
 
 def canonical_json(value: Any) -> str:

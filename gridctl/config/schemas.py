@@ -5,30 +5,32 @@ from the file system too); here each one is registered under its file URI.
 Defaults are read from the schemas as well: ``fill_defaults`` applies every
 ``default`` an omitted property declares.
 
-The wire intake schemas a controller checks on every heartbeat are also compiled
-once by ``jsonschema_rs`` (``conforms``): its acceptance is final, and anything it
+The wire intake schemas a controller checks on every heartbeat, and the desired-state
+kinds a directory holds by the hundred, are also compiled once by ``jsonschema_rs``
+(``conforms``, ``compiled_accepts``): its acceptance is final, and anything it
 refuses is judged again by ``jsonschema`` itself, which stays the one that decides
-and names the bad field. Only schemas whose patterns mean the same in both regex
-engines are compiled; ``tests/config/test_schema_engines.py`` checks on generated
-and mutated documents that the compiled validator never accepts what ``jsonschema``
-refuses.
+and names the bad field (and is imported only then: 60-80 ms of a fresh process).
+Only schemas whose patterns mean the same in both regex engines are compiled;
+``tests/config/test_schema_engines.py`` checks on generated and mutated documents
+that the compiled validator never accepts what ``jsonschema`` refuses.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import os
 import re
 from functools import cache
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonschema_rs
-from jsonschema import Draft202012Validator
-from referencing import Registry, Resource
-from referencing.exceptions import NoSuchResource
-from referencing.jsonschema import DRAFT202012
+
+from gridctl.config.schema_files import file_uri, lookup, raw, registry, schema_dir
+
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
+
+_registry = registry  # the ``referencing`` registry ``jsonschema`` resolves ``$ref``s with
 
 KIND_SCHEMAS: dict[str, str] = {
     "ModelProfile": "model-profile.schema.json",
@@ -39,61 +41,24 @@ KIND_SCHEMAS: dict[str, str] = {
 }
 
 
-def schema_dir() -> Path:
-    """Where the schemas live: ``$GRIDCTL_SCHEMAS`` or ``schemas/`` beside the package."""
-    override = os.environ.get("GRIDCTL_SCHEMAS")
-    if override:
-        return Path(override).resolve()
-    return (Path(__file__).resolve().parent.parent.parent / "schemas").resolve()
-
-
-def _uri(path: Path) -> str:
-    return path.resolve().as_uri()
-
-
-@cache
-def _raw(uri: str) -> dict[str, Any]:
-    base = schema_dir()
-    path = Path(uri.removeprefix("file://"))
-    if base not in path.parents:
-        raise NoSuchResource(ref=uri)  # type: ignore[call-arg]
-    with path.open(encoding="utf-8") as handle:
-        data: dict[str, Any] = json.load(handle)
-    return data
-
-
-def _retrieve(uri: str) -> Resource[Any]:
-    return Resource.from_contents(_raw(uri.split("#", 1)[0]), default_specification=DRAFT202012)
-
-
-@cache
-def _registry() -> Registry[Any]:
-    """Every schema file registered and crawled once: a validation then resolves each
-    ``$ref`` from memory instead of retrieving and re-indexing the referenced file
-    (an unregistered URI still falls back to ``_retrieve``)."""
-    base = schema_dir()
-    resources = [
-        (_uri(path), _retrieve(_uri(path)))
-        for path in sorted(base.rglob("*.schema.json"))
-        if path.is_file()
-    ]
-    registry: Registry[Any] = Registry(retrieve=_retrieve)  # type: ignore[call-arg]
-    return registry.with_resources(resources).crawl()
-
-
 @cache
 def load_schema(relative: str) -> dict[str, Any]:
     """The schema at ``schemas/<relative>``, with ``$id`` set to its file URI."""
-    uri = _uri(schema_dir() / relative)
-    schema = dict(_raw(uri))
+    uri = file_uri(schema_dir() / relative)
+    schema = dict(raw(uri))
     schema["$id"] = uri
     return schema
 
 
 @cache
 def validator(relative: str) -> Draft202012Validator:
+    """The ``jsonschema`` validator of ``schemas/<relative>``: the one that decides and
+    names the fault (imported here, so a process whose documents the compiled validator
+    accepts never loads it)."""
+    from jsonschema import Draft202012Validator
+
     schema = load_schema(relative)
-    return Draft202012Validator(inlined(schema) or schema, registry=_registry())
+    return Draft202012Validator(inlined(schema) or schema, registry=registry())
 
 
 COMPILED_SCHEMAS = (
@@ -102,6 +67,12 @@ COMPILED_SCHEMAS = (
     "defs/residency.schema.json",
     # a 1,000-host snapshot file: 1.5 s through jsonschema, 6 ms compiled (measured)
     "wire/fleet-snapshot.schema.json",
+    # the desired-state kinds a directory holds by the hundred: 200 ModelProfiles took
+    # 0.2 s through jsonschema on every `gridctl plan` and every config load
+    "model-profile.schema.json",
+    "controller-policy.schema.json",
+    "workload-catalog.schema.json",
+    "node-policy.schema.json",
 )
 # A pattern of plain ASCII with no escapes reads the same to Python's ``re`` and to
 # the Rust engine. The schemas end their patterns with ``END`` rather than ``$``:
@@ -112,7 +83,15 @@ END = r"(?![\s\S])"
 # Escaped patterns checked by hand to mean the same in both engines: the printable
 # text classes of ``defs/identifiers.schema.json`` (``label`` and ``message``). Both
 # engines read ``\xHH`` as one code point and a negated class as "any other one".
-_SAME_IN_BOTH = frozenset({r"^[^\x00-\x1f\x7f]*", r"^[^\x00-\x08\x0b-\x1f\x7f]*"})
+# The artifact ``source`` of ``model-profile.schema.json`` names its whitespace one code
+# point at a time: Python's ``\s`` (which ``\S`` negates) also matches \x1c-\x1f and
+# \x85 and the Rust engine's matches \ufeff, so ``\S+`` read differently; the class is
+# Python's ``\s`` written out, and ``\uHHHH`` is one code point to both engines.
+SOURCE_PATTERN = (
+    r"^(file|https?|hf|pypi)://[^\x09-\x0d\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028"
+    r"\u2029\u202f\u205f\u3000]+"
+)
+_SAME_IN_BOTH = frozenset({r"^[^\x00-\x1f\x7f]*", r"^[^\x00-\x08\x0b-\x1f\x7f]*", SOURCE_PATTERN})
 
 
 @cache
@@ -220,8 +199,8 @@ def _inline(node: Any, base_uri: str, depth: int) -> Any:
     if ref is not None:
         if depth >= _MAX_REF_DEPTH or not isinstance(ref, str):
             raise _NotInlinable(ref)
-        resolved = _registry().resolver(base_uri=base_uri).lookup(ref)
-        target = _inline(resolved.contents, resolved.resolver._base_uri, depth + 1)
+        contents, contents_uri = lookup(ref, base_uri)
+        target = _inline(contents, contents_uri, depth + 1)
         out["allOf"] = [*out.get("allOf", []), target]
     return out
 
@@ -231,10 +210,8 @@ def resolve(schema: dict[str, Any], base_uri: str) -> tuple[dict[str, Any], str]
     seen = 0
     while "$ref" in schema and seen < 32:
         seen += 1
-        resolver = _registry().resolver(base_uri=base_uri)
-        resolved = resolver.lookup(schema["$ref"])
-        base_uri = resolved.resolver._base_uri
-        merged = dict(resolved.contents)
+        contents, base_uri = lookup(schema["$ref"], base_uri)
+        merged = dict(contents)
         merged.update({k: v for k, v in schema.items() if k != "$ref"})
         schema = merged
     return schema, base_uri
@@ -264,6 +241,8 @@ class _DefaultsPlan:
         self._schema, self._base = resolve(schema, base_uri)
         self._properties: list[tuple[str, Any, _DefaultsPlan]] | None = None
         self._items: _DefaultsPlan | None = None
+        self._active: bool | None = None
+        self._visits: list[tuple[str, Any, _DefaultsPlan | None]] | None = None
 
     def properties(self) -> list[tuple[str, Any, _DefaultsPlan]]:
         if self._properties is None:
@@ -283,18 +262,44 @@ class _DefaultsPlan:
             self._items = _DefaultsPlan(items, self._base)
         return self._items
 
+    def active(self, visiting: frozenset[int] = frozenset()) -> bool:
+        """Whether any default is declared here or below: a place without one is not
+        walked (the resources of 1,000 snapshot hosts hold 38,000 such values)."""
+        if self._active is None:
+            if id(self) in visiting:  # a recursive schema: walked, to be safe
+                return True
+            inner = visiting | {id(self)}
+            each = self.items()
+            self._active = any(
+                default is not _NO_DEFAULT or plan.active(inner)
+                for _, default, plan in self.properties()
+            ) or (each is not None and each.active(inner))
+        return self._active
+
+    def _visited(self) -> list[tuple[str, Any, _DefaultsPlan | None]]:
+        """The properties ``apply`` looks at: each with its default and the plan of its
+        value where that plan has work to do."""
+        if self._visits is None:
+            self._visits = [
+                (name, default, plan if plan.active() else None)
+                for name, default, plan in self.properties()
+                if default is not _NO_DEFAULT or plan.active()
+            ]
+        return self._visits
+
     def apply(self, instance: Any) -> None:
         if isinstance(instance, dict):
-            for name, default, plan in self.properties():
+            for name, default, plan in self._visited():
                 if name not in instance:
                     if default is _NO_DEFAULT:
                         continue
                     fresh = isinstance(default, _IMMUTABLE)
-                    instance[name] = default if fresh else copy.deepcopy(default)
-                plan.apply(instance[name])
+                    instance[name] = default if fresh else _copied(default)
+                if plan is not None:
+                    plan.apply(instance[name])
         elif isinstance(instance, list):
             each = self.items()
-            if each is not None:
+            if each is not None and each.active():
                 for item in instance:
                     each.apply(item)
 

@@ -103,33 +103,45 @@ def host_from_json(host: dict[str, Any], now: float) -> HostSnapshot:
             state = HostState.UNHEALTHY
             continue
         residencies.append(residency)
-    failed = host.get("failed_attempts") or {}
+    failed = host.get("failed_attempts")
+    learned = host.get("learned")
+    cached = allocator.get("cached_models")
     return HostSnapshot(
         host_id=host["host_id"],
         resources=resources,
         state=state,
         last_heartbeat=host.get("last_heartbeat"),
-        residencies=tuple(sorted(residencies, key=lambda r: (r.model_id, r.state, r.memory_mb))),
-        cached=resolving.cached_from_list(allocator.get("cached_models")),
-        failed_attempts=tuple(sorted((str(k), int(v)) for k, v in failed.items())),
+        residencies=tuple(sorted(residencies, key=_residency_order)) if residencies else (),
+        cached=resolving.cached_from_list(cached) if cached else (),
+        failed_attempts=tuple(sorted((str(k), int(v)) for k, v in failed.items()))
+        if failed
+        else (),
         kind=str(host.get("kind", "managed")),
-        learned=tuple(
-            sorted(
-                (
-                    LearnedOnHost(
-                        model_id=str(row["model_id"]),
-                        load_seconds=_optional_float(row.get("load_seconds")),
-                        warm_seconds=_optional_float(row.get("warm_seconds")),
-                        tokens_per_second=_optional_float(row.get("tokens_per_second")),
-                        speed_confidence=float(row.get("speed_confidence") or 0.0),
-                        latency_ms=_optional_float(row.get("latency_ms")),
-                    )
-                    for row in host.get("learned") or []
-                ),
-                key=lambda r: r.model_id,
-            )
-        ),
+        learned=_learned(learned) if learned else (),
     )
+
+
+def _learned(rows: list[dict[str, Any]]) -> tuple[LearnedOnHost, ...]:
+    return tuple(
+        sorted(
+            (
+                LearnedOnHost(
+                    model_id=str(row["model_id"]),
+                    load_seconds=_optional_float(row.get("load_seconds")),
+                    warm_seconds=_optional_float(row.get("warm_seconds")),
+                    tokens_per_second=_optional_float(row.get("tokens_per_second")),
+                    speed_confidence=float(row.get("speed_confidence") or 0.0),
+                    latency_ms=_optional_float(row.get("latency_ms")),
+                )
+                for row in rows
+            ),
+            key=lambda r: r.model_id,
+        )
+    )
+
+
+def _residency_order(residency: Residency) -> tuple[str, ResidencyState, int]:
+    return (residency.model_id, residency.state, residency.memory_mb)
 
 
 def _optional_float(value: Any) -> float | None:

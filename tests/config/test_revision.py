@@ -60,3 +60,29 @@ def test_digest_is_independent_of_file_layout(tmp_path: Path) -> None:
     (two / "b.yaml").write_text(PROFILE.replace("name: a", "name: b"))
     (two / "a.yml").write_text("# same meaning, other layout\n" + PROFILE)
     assert load_directory(one).revision == load_directory(two).revision
+
+
+def test_a_repository_without_a_commit_is_dirty(tmp_path: Path) -> None:
+    git(tmp_path, "init", "-q")
+    (tmp_path / "a.yaml").write_text(PROFILE)
+    git(tmp_path, "add", ".")
+    state = load_directory(tmp_path)
+    assert state.dirty is True and state.revision.startswith("sha256:")
+
+
+def test_a_change_elsewhere_in_the_repository_leaves_the_directory_clean(
+    tmp_path: Path,
+) -> None:
+    git(tmp_path, "init", "-q")
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "a.yaml").write_text(PROFILE)
+    git(tmp_path, "add", ".")
+    git(tmp_path, "commit", "-qm", "profiles")
+    (tmp_path / "README").write_text("not a policy\n")
+    state = load_directory(policies)
+    assert (state.revision, state.dirty) == (git(tmp_path, "rev-parse", "HEAD"), False)
+    staged = policies / "b.yaml"
+    staged.write_text(PROFILE.replace("name: a", "name: b"))
+    git(tmp_path, "add", ".")  # staged but not committed
+    assert load_directory(policies).dirty is True

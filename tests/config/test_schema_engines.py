@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from typing import Any
 
 import pytest
@@ -50,8 +51,9 @@ JSON = st.recursive(
 
 KEYWORDS = {
     "additionalProperties", "allOf", "anyOf", "const", "default", "description", "enum",
-    "items", "maxItems", "maxLength", "maximum", "minLength", "minimum", "pattern",
-    "properties", "required", "title", "type", "uniqueItems",
+    "exclusiveMinimum", "items", "maxItems", "maxLength", "maximum", "minItems", "minLength",
+    "minimum", "pattern", "properties", "propertyNames", "required", "title", "type",
+    "uniqueItems",
 }  # fmt: skip
 TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
 
@@ -83,17 +85,27 @@ def _valid_for(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
 
 def _typed(kind: str, schema: dict[str, Any]) -> st.SearchStrategy[Any]:
     low, high = schema.get("minimum"), schema.get("maximum")
+    above = schema.get("exclusiveMinimum")
     if kind == "null":
         return st.none()
     if kind == "boolean":
         return st.booleans()
     if kind == "integer":
-        whole = st.integers(low, high)
+        fewest = None if low is None else math.ceil(low)
+        if above is not None:
+            fewest = max(fewest or -math.inf, math.floor(above) + 1)
+        most = None if high is None else math.floor(high)
+        if fewest is not None and most is not None and fewest > most:
+            return st.nothing()
+        whole = st.integers(fewest, most)
         return whole | whole.filter(lambda n: abs(n) < 2**53).map(float)  # 3.0 is an integer
     if kind == "number":
-        return st.floats(low, high, allow_nan=False, allow_infinity=False) | _typed(
-            "integer", schema
-        )
+        if above is not None and (low is None or low <= above):
+            low, exclude = above, True
+        else:
+            exclude = False
+        fraction = st.floats(low, high, exclude_min=exclude, allow_nan=False, allow_infinity=False)
+        return fraction | _typed("integer", schema)
     if kind == "string":
         shortest, longest = schema.get("minLength", 0), schema.get("maxLength", 40)
         text = (
@@ -105,7 +117,13 @@ def _typed(kind: str, schema: dict[str, Any]) -> st.SearchStrategy[Any]:
     if kind == "array":
         items = _valid_for(schema["items"]) if "items" in schema else JSON
         unique = (lambda v: json.dumps(v, sort_keys=True)) if schema.get("uniqueItems") else None
-        return st.lists(items, max_size=min(schema.get("maxItems", 4), 4), unique_by=unique)
+        fewest = schema.get("minItems", 0)
+        return st.lists(
+            items,
+            min_size=fewest,
+            max_size=max(fewest, min(schema.get("maxItems", 4), 4)),
+            unique_by=unique,
+        )
     assert kind == "object"
     properties = schema.get("properties", {})
     required = set(schema.get("required", []))
@@ -116,11 +134,16 @@ def _typed(kind: str, schema: dict[str, Any]) -> st.SearchStrategy[Any]:
         },
     )
     missing = {name: JSON for name in required - set(properties)}
-    if schema.get("additionalProperties", True) is False:
+    additional = schema.get("additionalProperties", True)
+    if additional is False:
         return fixed
-    extra = st.dictionaries(
-        st.text(max_size=8).filter(lambda k: k not in properties), JSON, max_size=2
+    names = (
+        _valid_for(schema["propertyNames"]).filter(lambda k: isinstance(k, str))
+        if "propertyNames" in schema
+        else st.text(max_size=8)
     )
+    values = _valid_for(additional) if isinstance(additional, dict) else JSON
+    extra = st.dictionaries(names.filter(lambda k: k not in properties), values, max_size=2)
     return st.builds(lambda f, m, e: {**e, **m, **f}, fixed, st.fixed_dictionaries(missing), extra)
 
 
