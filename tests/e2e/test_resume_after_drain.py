@@ -101,17 +101,24 @@ def test_resume_after_a_forced_drain_of_every_host_starts_at_once(fleet: Fleet) 
         )
         assert forced["forced"] is True
     # every stopped copy cleaned up to weights on disk, nothing pending
-    wait_for(
-        "both hosts draining with no engine left",
-        lambda: (
-            all(
-                state == "draining" and all(r == "cached" for r in rows)
-                for state, rows in states(fleet).values()
-            )
-            and not fleet.status()["pending_commands"]
-        ),
-        deadline=120,
-    )
+    try:
+        wait_for(
+            "both hosts draining with no engine left",
+            lambda: (
+                all(
+                    state == "draining" and all(r == "cached" for r in rows)
+                    for state, rows in states(fleet).values()
+                )
+                and not fleet.status()["pending_commands"]
+            ),
+            deadline=120,
+        )
+    except AssertionError:  # what was still there, for the failure's reader
+        status = fleet.status()
+        print("hosts:", states(fleet))
+        print("pending:", json.dumps(status["pending_commands"], indent=1)[-4000:])
+        print(fleet.log()[-8000:])
+        raise
     resumed_at = time.time()
     for host in HOSTS:
         node(fleet, "resume", "--state-dir", str(fleet.state_dir / host))
