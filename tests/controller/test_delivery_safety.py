@@ -171,10 +171,28 @@ async def test_replacement_lease_running_out_during_the_marker_write_withdraws_i
 
 
 async def test_safety_change_during_the_marker_write_withdraws_it(fleet: Fleet) -> None:
+    """A safety change no successful tick has planned from yet withdraws the drain. The
+    background tick loop wakes on the change, and a tick that planned from it before the
+    revalidation would make the delivery legitimate again (the rule is "the last
+    successful tick planned from the current safety revision"): ticks fail from the change
+    on, so none can, however the threads are scheduled."""
     await fleet.refresh_keeper(then_advance=20.0)
     controller = fleet.service.controller
-    during_marker_write(fleet, lambda: controller.note_input(semantic=True, safety=True))
-    assert await fleet.victim_poll() == []
+    store = fleet.service.store
+    apply_tick = store.apply_tick
+
+    def failing_apply(*args: Any, **kw: Any) -> None:
+        raise RuntimeError("store unavailable")
+
+    def change() -> None:
+        controller.note_input(semantic=True, safety=True)
+        store.apply_tick = failing_apply  # type: ignore[method-assign]
+
+    during_marker_write(fleet, change)
+    try:
+        assert await fleet.victim_poll() == []
+    finally:
+        store.apply_tick = apply_tick  # type: ignore[method-assign]
     assert not fleet.delivered()
     assert "while the delivery marker was written" in (controller.delivery.safety_error or "")
 
