@@ -58,6 +58,7 @@ from gridctl.planner.portfolio_types import (
     PortfolioInputs,
     PreemptionPath,
 )
+from gridctl.planner.preemption import yields_cooldown_hold
 
 Mapping_ = tuple[tuple[str, str | None], ...]
 SUBSET_ENUMERATION_LIMIT = 4096
@@ -245,10 +246,16 @@ def judge(state: SearchState, mapping: Mapping_, plan: Plan) -> Evaluation:
     selected = {m for _, m in mapping if m is not None}
     authorized = authorizations(state, mapping)
     inherited = {(p.host_id, p.model_id, p.beneficiary) for p in state.base.preemptions}
+    counts = _counts(plan)
     for p in plan.preemptions:
         if (p.host_id, p.model_id, p.beneficiary) in inherited:
             continue  # the base plan's own move (direct or baseline authority), not the portfolio's
-        if p.model_id in protected or p.model_id in selected:
+        if p.model_id in protected:
+            return Evaluation(mapping, False, (), (), f"would preempt {p.model_id}")
+        if p.model_id in selected and not (
+            yields_cooldown_hold(p) and counts.get(p.model_id, 0) > 0
+        ):
+            # a selected model may give up only a replica its demand does not ask for
             return Evaluation(mapping, False, (), (), f"would preempt {p.model_id}")
         if p.beneficiary not in selected or p.beneficiary in protected:
             continue  # direct or baseline demand keeps its own preemption authority
@@ -258,7 +265,6 @@ def judge(state: SearchState, mapping: Mapping_, plan: Plan) -> Evaluation:
                 mapping, False, (), (), f"preemption of {p.model_id} is not the authorized path"
             )
     base_counts = _counts(state.base)
-    counts = _counts(plan)
     for model_id in protected:
         if counts.get(model_id, 0) < base_counts.get(model_id, 0):
             return Evaluation(mapping, False, (), (), f"would displace {model_id}")

@@ -78,6 +78,29 @@ def _pinned_here(ws: Workspace, row: LiveResidency, host_id: str) -> bool:
     return profile is not None and host_id in profile.pins
 
 
+COOLDOWN_YIELD = "idle and held only by the cooldown"
+
+
+def yields_cooldown_hold(p: Preemption) -> bool:
+    """Is ``p`` an idle replica that only the scale-down cooldown kept (``held_idle``)?"""
+    return COOLDOWN_YIELD in p.reason
+
+
+def held_idle(ws: Workspace, row: LiveResidency) -> bool:
+    """An idle, ready replica that only the scale-down cooldown keeps: its model has no
+    baseline, pinned or direct replica and no demand of any kind asks for this one. It
+    yields to direct or baseline demand of its own priority: the cooldown stops a quiet
+    minute from unloading a model just used, not a demanded peer from starting."""
+    target = ws.targets.get(row.model_id)
+    r = row.residency
+    if target is None or target.cooldown_held <= 0:
+        return False
+    if r.state is not ResidencyState.READY or r.active_requests != 0:
+        return False
+    taken = sum(1 for _, m in ws.preemptions if m == row.model_id)
+    return taken < target.cooldown_held
+
+
 def _victim_order(ws: Workspace, row: LiveResidency) -> tuple[int, int, float, str]:
     cheap = row.residency.state in _CHEAP_STATES or row.residency.active_requests == 0
     return (row.priority, 0 if cheap else 1, warm_back_seconds(ws, row), row.model_id)
@@ -124,7 +147,7 @@ def victim_set(ws: Workspace, model_id: str, host_id: str) -> VictimSet | None:
         row
         for row in shaped.view.live
         if row.removable
-        and row.priority < priority
+        and (row.priority < priority or (row.priority == priority and held_idle(ws, row)))
         and (host_id, row.model_id) not in ws.preemptions
         and not protected(ws, row)
         and not _pinned_here(ws, row, host_id)
@@ -150,6 +173,16 @@ def victim_set(ws: Workspace, model_id: str, host_id: str) -> VictimSet | None:
     return VictimSet(host_id, tuple(chosen), key)
 
 
+def _victim_reason(ws: Workspace, victim: LiveResidency, model_id: str) -> str:
+    mine = ws.priority(model_id)
+    why = (
+        f"priority {victim.priority} < {mine}"
+        if victim.priority < mine
+        else f"priority {victim.priority} = {mine}, {COOLDOWN_YIELD}"
+    )
+    return f"{why}: release {victim.memory_mb} MB for {model_id}"
+
+
 def stage_preemption(ws: Workspace, model_id: str, hosts: tuple[str, ...] | list[str]) -> bool:
     """Stage the best victim set among ``hosts``; True when staged (or blocked by the limit)."""
     best: VictimSet | None = None
@@ -172,14 +205,14 @@ def stage_preemption(ws: Workspace, model_id: str, hosts: tuple[str, ...] | list
     for victim in best.victims:
         if victim.model_id in shaped.ledger.assigned:
             kept = ws.remove_assignment(victim.model_id, best.host_id)
+            ws.displaced[victim.model_id] = ws.displaced.get(victim.model_id, 0) + 1
             charged = victim.managed and not victim.residency.pinned
             shaped.ledger.drop_existing(victim.model_id, kept.memory_mb, charged)
         ws.preemptions[(best.host_id, victim.model_id)] = Preemption(
             host_id=best.host_id,
             model_id=victim.model_id,
             beneficiary=model_id,
-            reason=f"priority {victim.priority} < {ws.priority(model_id)}: "
-            f"release {victim.memory_mb} MB for {model_id}",
+            reason=_victim_reason(ws, victim, model_id),
         )
     shaped.ledger.reserve(model_id, shaped.memory_mb)
     ws.explain.choose(model_id, best.host_id, "preemption staged; placed after release")

@@ -185,6 +185,7 @@ def place_rounds(ws: Workspace, placer: Placer) -> None:
     for priority in sorted(by_priority, reverse=True):
         models = by_priority[priority]
         progress = {m: ws.placed(m) for m in models}
+        ws.displaced.clear()  # ``placed`` already counts what earlier classes took back
         keys = {m: round_key(ws, m) for m in models}  # fixed while the rounds run
         stopped: set[str] = set()
         for demand_class in ROUND_CLASSES:
@@ -199,7 +200,20 @@ def place_rounds(ws: Workspace, placer: Placer) -> None:
                         stopped.add(model_id)
                     elif _wants(ws, model_id, progress[model_id], demand_class, stopped):
                         following.append(model_id)
+                    if ws.displaced:
+                        _take_back(ws.displaced, progress)
                 active = following
+            if ws.displaced:
+                _take_back(ws.displaced, progress)
+
+
+def _take_back(displaced: dict[str, int], progress: dict[str, int]) -> None:
+    """A preemption of an equal-priority victim undoes one of its placed replicas: its
+    own later round (inferred, after the beneficiary's) places or reports it again."""
+    for model_id, count in displaced.items():
+        if model_id in progress:
+            progress[model_id] -= count
+    displaced.clear()
 
 
 def _wants(

@@ -53,6 +53,9 @@ class ReplicaTarget(NamedTuple):
     harm: Harm
     performance_factor: float
     offered_concurrency: float
+    # replicas only the scale-down cooldown keeps (beyond what any demand asks): an idle
+    # one yields its host to direct or baseline demand of the same priority
+    cooldown_held: int = 0
 
     def class_of(self, index: int) -> DemandClass:
         if index < self.pinned:
@@ -182,9 +185,11 @@ def replica_target(
             if inferred > direct:
                 reasons.append("correlated demand")
     recent = facts.recent_ready
+    held = 0
     if recent > direct and recent > inferred:  # recent > max(direct, inferred)
         # hysteresis keeps recent replicas desired, but it is no request signal:
         # those replicas never preempt (they rank with inferred demand)
+        held = recent - (inferred if inferred > direct else direct)
         inferred = recent
         reasons.append("scale-down cooldown")
     least = profile.min_replicas
@@ -230,5 +235,6 @@ def replica_target(
             harm_of(profile, demand, offered),  # harm
             factor,  # performance_factor
             concurrency,  # offered_concurrency
+            held if direct == 0 and least == 0 else 0,  # cooldown_held
         ),
     )

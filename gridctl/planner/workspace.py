@@ -101,6 +101,9 @@ class Workspace:
         self.assignments: dict[str, dict[str, Assignment]] = {m: {} for m in self.model_ids}
         self.domains: dict[str, dict[str, int]] = {m: {} for m in self.model_ids}
         self.preemptions: dict[tuple[str, str], Preemption] = {}
+        # replicas a staged preemption took back from a model already counted as placed
+        # (an equal-priority victim): its rounds place or report them again
+        self.displaced: dict[str, int] = {}
         self.releases = 0  # assignments removed so far in this plan
         # model -> ``releases`` when a search for a replacement host last found none
         self.no_replacement: dict[str, int] = {}
