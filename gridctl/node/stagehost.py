@@ -7,14 +7,23 @@ loopback and a ``StageTunnel`` opens on the advertised address, accepting only t
 claim's coordinator host. A release, an expired lease or a newer term stops both.
 Nothing starts a stage server except an accepted claim.
 
+Each started stage server's process identity (pid, birth time, executable, argv) is
+recorded in the node state store, so a node that was killed finds the stage servers it
+left behind and stops them on ``resume`` (only when provably its own) before starting
+what its persisted claims still authorise.
+
 Time is an argument (``now_ms``) as in the rules; the caller owns the clock.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from gridctl.node.joining import NodeIdentity
+from gridctl.node.processes import observe_launched_identity, stop_proven
+from gridctl.node.records import ProcessIdentity
 from gridctl.node.rpctunnel import StageTunnel, TlsIdentity
 from gridctl.node.stageclaims import ClaimOutcome, StageClaim, StageClaimBook
 from gridctl.node.stageservers import RunningStageServer, start_stage_server, stop_process_tree
@@ -48,11 +57,22 @@ class StageHostSettings:
     threads: int = 1
 
 
+def node_tls_identity(state_dir: Path) -> TlsIdentity:
+    """The identity a joined node holds: its engine certificate, key and trust bundle."""
+    joined = NodeIdentity(state_dir)
+    return TlsIdentity(joined.cert_file, joined.key_file, joined.ca_file)
+
+
+def _process_meta_key(key: ClaimKey) -> str:
+    return f"stage_server:{key.model_id}|{key.package_ref}|{key.manifest_sha256}"
+
+
 class StageHost:
     """Accepted claims (persisted) and the stage servers and tunnels that serve them."""
 
     def __init__(self, store: NodeStateStore, settings: StageHostSettings) -> None:
         self.book = StageClaimBook(store)
+        self._store = store
         self.settings = settings
         self._running: dict[ClaimKey, RunningStage] = {}
 
@@ -60,7 +80,13 @@ class StageHost:
         return dict(self._running)
 
     def resume(self, now_ms: int) -> None:
-        """After a restart: end expired leases, then start every claim still serving."""
+        """After a restart: stop stage servers a killed node left, end expired leases,
+        then start every claim still serving."""
+        for held in self.book.held():
+            left_behind = self._recorded_process(held.stage_claim.key)
+            if left_behind is not None and held.stage_claim.key not in self._running:
+                stop_proven(left_behind)
+                self._record_process(held.stage_claim.key, None)
         self.book.expire(now_ms)
         for stage_claim in self.book.serving():
             if stage_claim.key not in self._running:
@@ -114,6 +140,7 @@ class StageHost:
             raise
         running = RunningStage(stage_claim, server, tunnel)
         self._running[stage_claim.key] = running
+        self._record_process(stage_claim.key, observe_launched_identity(server.pid))
         return running
 
     def _stop(self, key: ClaimKey) -> None:
@@ -124,3 +151,20 @@ class StageHost:
             running.tunnel.close()  # first: no new connection reaches a dying server
         finally:
             stop_process_tree(running.server.process)
+            self._record_process(key, None)
+
+    def _record_process(self, key: ClaimKey, identity: ProcessIdentity | None) -> None:
+        text = "" if identity is None else json.dumps(asdict(identity), sort_keys=True)
+        self._store.set_meta(_process_meta_key(key), text)
+
+    def _recorded_process(self, key: ClaimKey) -> ProcessIdentity | None:
+        text = self._store.get_meta(_process_meta_key(key))
+        if not text:
+            return None
+        data = json.loads(text)
+        return ProcessIdentity(
+            pid=int(data["pid"]),
+            create_time=float(data["create_time"]),
+            executable=str(data["executable"]),
+            cmdline=tuple(str(part) for part in data["cmdline"]),
+        )

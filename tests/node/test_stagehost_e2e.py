@@ -113,3 +113,26 @@ def test_a_restarted_node_resumes_live_claims_and_stops_expired_ones(
     finally:
         again.close()
         store.close()
+
+
+def test_a_killed_nodes_stage_server_is_stopped_and_replaced_on_resume(
+    tmp_path: Path, host: StageHost, settings: StageHostSettings
+) -> None:
+    host.offer(gemma_claim(4), NOW)
+    orphan = _only(host)  # the node "dies" here: nothing of it is closed
+
+    store = NodeStateStore(tmp_path / "node.db")
+    again = StageHost(store, settings)
+    try:
+        again.resume(NOW + 1)
+        orphan.server.process.wait(timeout=10)  # stopped by the resumed node, reaped here
+        replacement = _only(again)
+        assert replacement.server.pid != orphan.server.pid
+        assert listening_addresses(replacement.server.pid) == [
+            ("127.0.0.1", replacement.server.port)
+        ]
+    finally:
+        orphan.tunnel.close()
+        host._running.clear()  # the dead node's handles: its process is already gone
+        again.close()
+        store.close()
