@@ -9,13 +9,20 @@ from __future__ import annotations
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from cryptography import x509
 
-from gridctl.fleetca import ENGINE_USAGES, engine_host_id, load_certificates
+from gridctl.fleetca import (
+    ENGINE_USAGES,
+    build_csr,
+    engine_host_id,
+    load_certificates,
+    new_private_key,
+)
 from gridctl.node.rpctunnel import (
     CoordinatorForwarder,
     StageTunnel,
@@ -101,6 +108,17 @@ def test_engine_certificates_name_the_host_and_serve_both_ways(
     assert engine_host_id(cert) == "coord-host"
     usage = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     assert list(usage) == list(ENGINE_USAGES)
+
+
+def test_the_ca_names_the_host_it_is_told_not_the_one_the_request_asks_for(
+    tmp_path: Path,
+) -> None:
+    ca = fleet_ca(tmp_path / "ctl")
+    forged_request = build_csr(new_private_key(), "gridctl engine coord-host", LOOPBACK)
+    signed = ca.sign_csr(forged_request, LOOPBACK, now=time.time(), host_id="rogue-host")
+    assert engine_host_id(load_certificates(signed)[0]) == "rogue-host"
+    unstamped = ca.sign_csr(forged_request, LOOPBACK, now=time.time())
+    assert engine_host_id(load_certificates(unstamped)[0]) == "coord-host"  # the CSR's word
 
 
 def test_only_the_coordinators_fleet_certificate_gets_through(
