@@ -173,8 +173,9 @@ class _Forwarder:
         try:
             await self._forward(reader, writer)
         except asyncio.CancelledError:
+            # closed by ``close``: end quietly (asyncio's stream callback in 3.11 would
+            # report a cancelled connection task as an unhandled error)
             await _close(writer)
-            raise
         except (ConnectionError, ssl.SSLError, OSError, TimeoutError) as exc:
             self._refuse(f"{type(exc).__name__}: {exc}")
             await _close(writer)
