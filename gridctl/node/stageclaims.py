@@ -35,6 +35,7 @@ from gridctl.split import (
     StageWork,
     StopDecision,
     StopRequest,
+    judge_claim,
 )
 
 
@@ -192,11 +193,14 @@ class StageClaimBook:
             held_term = before.stage_claim.claim.coordinator_term
             reason = FenceReason.CONFLICTING_SAME_TERM
             return ClaimOutcome(ClaimDecision(False, reason, current_term=held_term))
-        decision = self._registry.accept(offered.claim, now_ms)
-        if not decision.accepted:
-            return ClaimOutcome(decision)
+        # The library's pure rule first, so the claim is on disk before the registry
+        # (or anything else) acts on it; the registry then decides the same.
+        preview = judge_claim(self._registry.current(offered.key), offered.claim, now_ms)
+        if not preview.accepted:
+            return ClaimOutcome(preview)
         held = HeldClaim(offered, serving=True)
         self._persist(held)
+        decision = self._registry.accept(offered.claim, now_ms)
         self._remember(held)
         fenced = {work.work_id for work in decision.stages_to_shut_down}
         ended: tuple[StageClaim, ...] = ()
