@@ -47,6 +47,10 @@ CA_YEARS = 10
 LEAF_DAYS = 90
 DEFAULT_OVERLAP_SECONDS = 7 * 24 * 3600
 MAX_CSR_BYTES = 16 * 1024
+# A node's engine certificate serves its engine and, for a split model, is also the
+# client identity a coordinator host presents to a stage host's RPC tunnel (mutual TLS).
+ENGINE_USAGES = (ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH)
+ENGINE_NAME_PREFIX = "gridctl engine "  # an engine certificate's CN: this, then the host id
 
 
 class PkiError(PermanentError):
@@ -288,7 +292,7 @@ class FleetCA:
         *,
         now: float,
         days: int,
-        usage: x509.ObjectIdentifier,
+        usages: Sequence[x509.ObjectIdentifier],
     ) -> x509.Certificate:
         ca_cert, ca_key = self.certificate(), self._key()
         start = _utc(now) - dt.timedelta(minutes=5)
@@ -305,7 +309,7 @@ class FleetCA:
             .not_valid_after(start + dt.timedelta(days=days))
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+            .add_extension(x509.ExtendedKeyUsage(list(usages)), critical=False)
             .add_extension(
                 x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
                 critical=False,
@@ -319,12 +323,20 @@ class FleetCA:
         return cross.read_text(encoding="ascii") if cross.is_file() else ""
 
     def sign_csr(
-        self, csr_pem: str, allowed_addresses: Sequence[str], *, now: float, days: int = LEAF_DAYS
+        self,
+        csr_pem: str,
+        allowed_addresses: Sequence[str],
+        *,
+        now: float,
+        days: int = LEAF_DAYS,
+        host_id: str | None = None,
     ) -> str:
         """Sign a node's CSR for exactly ``allowed_addresses``; returns leaf + chain PEM.
 
         The CSR's own names are checked, not trusted: it must ask for nothing but
-        the advertised addresses, and the certificate names exactly those.
+        the advertised addresses, and the certificate names exactly those. With
+        ``host_id`` the common name is the CA's ``gridctl engine <host_id>``, not the
+        one the CSR asked for, so a peer can rely on it as the host's identity.
         """
         if len(csr_pem) > MAX_CSR_BYTES:
             raise PkiError("certificate request is too large")
@@ -351,13 +363,15 @@ class FleetCA:
             )
         cn = csr.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
         common_name = str(cn[0].value) if cn else "gridctl engine"
+        if host_id is not None:
+            common_name = ENGINE_NAME_PREFIX + host_id
         leaf = self._leaf(
             public,
             common_name,
             allowed_addresses,
             now=now,
             days=days,
-            usage=ExtendedKeyUsageOID.SERVER_AUTH,
+            usages=ENGINE_USAGES,
         )
         return pem(leaf) + self.chain_pem()
 
@@ -389,7 +403,7 @@ class FleetCA:
             sorted(wanted),
             now=now,
             days=LEAF_DAYS,
-            usage=ExtendedKeyUsageOID.SERVER_AUTH,
+            usages=(ExtendedKeyUsageOID.SERVER_AUTH,),
         )
         write_secret_file(key_path, key_pem(key))
         self._write_public("server.pem", pem(leaf) + self.chain_pem())
@@ -428,3 +442,15 @@ def certificate_names(cert_pem: str) -> list[str]:
 def seconds_left(cert_pem: str, *, now: float) -> float:
     cert = load_certificates(cert_pem)[0]
     return (cert.not_valid_after_utc - _utc(now)).total_seconds()
+
+
+def engine_host_id(cert: x509.Certificate) -> str | None:
+    """The host id an engine certificate names (``CN=gridctl engine <host id>``), or None."""
+    names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    if len(names) != 1:
+        return None
+    text = str(names[0].value)
+    if not text.startswith(ENGINE_NAME_PREFIX):
+        return None
+    host_id = text.removeprefix(ENGINE_NAME_PREFIX)
+    return host_id if host_id.strip() == host_id and host_id else None

