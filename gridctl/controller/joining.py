@@ -224,7 +224,9 @@ class FleetIdentity:
         }
         answer["trust_bundle_digest"] = bundle_digest(answer["trust_bundle"])
         if csr is not None:
-            answer["engine_certificate"] = self.ca.sign_csr(csr, addresses, now=self.wall())
+            answer["engine_certificate"] = self.ca.sign_csr(
+                csr, addresses, now=self.wall(), host_id=host_id
+            )
         return answer
 
     def _refuse_controller_names(self, addresses: Sequence[str]) -> None:

@@ -21,7 +21,13 @@ from cryptography import x509
 from gridctl.client import ControllerClient, ControllerError
 from gridctl.controller.serving import ControllerService, ServiceOptions
 from gridctl.credentials import credential_claims_unverified
-from gridctl.fleetca import FleetCA, certificate_names, fingerprint, load_certificates
+from gridctl.fleetca import (
+    FleetCA,
+    certificate_names,
+    engine_host_id,
+    fingerprint,
+    load_certificates,
+)
 from gridctl.membership import Membership
 from gridctl.node.joining import JoinError, NodeIdentity, read_join_bundle
 from tests.controller.simnodes import GEMMA_SHA, Clock, SimNode
@@ -62,6 +68,8 @@ def test_join_pins_the_ca_and_stores_an_owner_only_identity(tmp_path: Path) -> N
         leaf = load_certificates(cert_pem)[0]
         assert leaf.issuer == FleetCA(tmp_path / "ctl").certificate().subject
         claims = credential_claims_unverified(identity.token_file.read_text())
+        # the controller, not the request, names the host: a stage tunnel relies on it
+        assert engine_host_id(leaf) == claims["host_id"] == record["host_id"]
         assert claims["host_id"] == record["host_id"] and claims["adv"] == [ADVERTISED]
         # the credential works: the controller accepts it for this host only
         assert service.identity is not None
