@@ -114,6 +114,8 @@ class NodeAgent:
         self._transport, self._timeout = transport, request_timeout
         self.protection = protection  # the local protection loop; None = always accepting
         self.facts, self.actuator, self.executor, self.intake = facts, actuator, executor, intake
+        # called once per cycle on this thread (a split stage host's lease expiry)
+        self.housekeeping: list[Callable[[], object]] = []
         self.store = actuator.store
         self._token = token
         self._engine_api_key = engine_api_key
@@ -189,6 +191,7 @@ class NodeAgent:
             artifact_mirror=self.artifact_mirror,
             artifact_bytes_fetched=self.actuator.cache.bytes_fetched,
             shares_engine=self.actuator.shares_engine,
+            stage_host=self.executor.stages is not None,
         )
         queued = dict(self.actuator.queued)
         rows = envelope.get("residencies")
@@ -446,6 +449,11 @@ class NodeAgent:
                 self.status["last_error"] = str(exc)
                 log.error("%s", exc)
                 wait = 30.0
+            for chore in self.housekeeping:
+                try:
+                    chore()
+                except Exception:  # a chore never stops the heartbeats
+                    log.exception("housekeeping failed")
             self._publish_status()
             self._wait(stop, wait)
 

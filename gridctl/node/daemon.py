@@ -59,8 +59,10 @@ from gridctl.node.runtimes.llamacpp import (
     default_binary,
 )
 from gridctl.node.runtimes.llamacpp_router import LlamaCppRouterRuntime
+from gridctl.node.runtimes.stage_server import default_stage_server
 from gridctl.node.runtimes.vllm_config import configured_runtime
 from gridctl.node.sensors import IdleSources, read_sensors
+from gridctl.node.stagehost import StageHost, StageHostSettings, node_tls_identity
 from gridctl.node.statestore import NodeStateStore
 from gridctl.node.stoprequest import StopRequest
 from gridctl.wallclock import wall_clock
@@ -127,6 +129,7 @@ class NodeParts:
     agent: NodeAgent
     protection: ProtectionLoop
     idle: IdleSources | None = None  # started with the node, closed at shutdown
+    stages: StageHost | None = None  # a split's stage host, when this node can be one
 
 
 def open_store(state_dir: Path) -> NodeStateStore:
@@ -201,7 +204,10 @@ def build_node(
     )
     facts = replace(facts, runtimes=actuator.runtimes.names)  # what this node can start
     agent_ref: list[NodeAgent] = []
-    executor = CommandExecutor(actuator, lambda: agent_ref[0].host_state(), clock=clock)
+    stages = stage_host(config, store, joined)
+    executor = CommandExecutor(
+        actuator, lambda: agent_ref[0].host_state(), clock=clock, stages=stages
+    )
     intake = CommandIntake(store, config.host_id, clock=clock)
     token_file = config.token_file
     read_node_credential(token_file)  # fail fast on a missing or group-readable file
@@ -238,7 +244,26 @@ def build_node(
         clock=clock,
     )
     agent_ref.append(agent)
-    return NodeParts(store, actuator, executor, intake, agent, protection, idle_fallback)
+    if stages is not None:
+        agent.housekeeping.append(lambda: stages.expire(int(clock() * 1000)))
+    return NodeParts(store, actuator, executor, intake, agent, protection, idle_fallback, stages)
+
+
+def stage_host(config: NodeConfig, store: NodeStateStore, joined: bool) -> StageHost | None:
+    """The split stage host, when this node can serve a stage: an RPC-enabled engine
+    build, a fleet identity (the tunnel's mutual TLS) and an advertised address."""
+    if config.advertise is None or not joined:
+        return None
+    binary = default_stage_server()
+    if binary is None:
+        return None
+    settings = StageHostSettings(
+        stage_server=binary,
+        identity=node_tls_identity(config.state_dir),
+        advertise_host=config.advertise,
+        log_dir=config.state_dir / "logs",
+    )
+    return StageHost(store, settings)
 
 
 def _silence(agent_ref: list[NodeAgent]) -> float | None:
@@ -351,6 +376,8 @@ def run_daemon(config: NodeConfig, *, instance_id: str) -> int:
             log.info("recover %s", note)
         for note in stop_orphaned_engines(parts):
             log.warning("recover %s", note)
+        if parts.stages is not None:
+            parts.stages.resume(int(parts.agent.clock() * 1000))  # claims persisted before a crash
         interrupted = parts.executor.recover()
         if interrupted:
             log.warning("%d interrupted action(s) marked failed", interrupted)
@@ -418,6 +445,8 @@ def shutdown(parts: NodeParts, config: NodeConfig) -> None:
     except Exception as exc:  # best effort: the controller may be gone
         log.warning("draining heartbeat: %s", exc)
     parts.executor.stop()
+    if parts.stages is not None:
+        parts.stages.close()  # stage servers and tunnels stop; the claims stay persisted
     for note in parts.actuator.shutdown(idle_timeout=config.stop_idle_timeout):
         log.info("shutdown %s", note)
     parts.agent.final_heartbeat()

@@ -25,10 +25,12 @@ from gridctl.logs import command_fields
 from gridctl.node.actuator import HostActuator
 from gridctl.node.intake import Admitted
 from gridctl.node.lifecycle import LifecycleRequest, Outcome
+from gridctl.node.stagecommands import SPLIT_KINDS, run_split_command
+from gridctl.node.stagehost import StageHost
 
 log = logging.getLogger("gridctl.node")
 
-CONSTRUCTIVE = ("load", "warm")
+CONSTRUCTIVE = ("load", "warm", "split_claim")
 
 
 def lifecycle_request(command: dict[str, Any]) -> LifecycleRequest:
@@ -58,8 +60,10 @@ class CommandExecutor:
         *,
         monotonic: Callable[[], float] = time.monotonic,
         clock: Callable[[], float] = time.time,
+        stages: StageHost | None = None,
     ) -> None:
         self.actuator, self.store = actuator, actuator.store
+        self.stages = stages  # the split stage host, when this node can serve stages
         self.host_state = host_state
         self.monotonic, self.clock = monotonic, clock
         self._queue: queue.Queue[Admitted | None] = queue.Queue()
@@ -155,6 +159,11 @@ class CommandExecutor:
             return
         self._mark_running(command)
         started = self.monotonic()
+        if command["kind"] in SPLIT_KINDS:
+            answer = run_split_command(self.stages, command, int(self.clock() * 1000))
+            duration = self.monotonic() - started
+            self._finish(command, answer.status, answer.reason, answer.message, duration)
+            return
         request = lifecycle_request(command)
         try:
             outcome = self._dispatch(request)

@@ -26,6 +26,8 @@ from gridctl.transport import address_family
 
 SCHEMA_VERSION = 1
 CAPABILITIES = ["load", "warm", "drain", "unload", "evict"]
+# advertised only by a node that can serve a split's stage (``node.stagecommands``)
+SPLIT_CAPABILITIES = ["split_claim", "split_release"]
 _ADVERTISED = (ResidencyState.READY, ResidencyState.DRAINING)
 
 
@@ -179,6 +181,7 @@ def allocator_envelope(
     artifact_mirror: str | None = None,
     artifact_bytes_fetched: int = 0,
     shares_engine: Callable[[ResidencyRecord], bool] | None = None,
+    stage_host: bool = False,
 ) -> dict[str, object]:
     """The allocator envelope; ``protection`` adds the router's concurrency multiplier
     and the local protection reasons (no sensor values leave the host); ``transfers``
@@ -206,7 +209,7 @@ def allocator_envelope(
         "state": state.value,
         "cached_models": [cached_row(c, now) for c in cached],
         "residencies": rows,
-        "actuator_capabilities": CAPABILITIES,
+        "actuator_capabilities": CAPABILITIES + SPLIT_CAPABILITIES if stage_host else CAPABILITIES,
         "transfers": [transfer_row(t) for t in transfers],
         "artifact_bytes_fetched_total": artifact_bytes_fetched,
     }

@@ -12,12 +12,15 @@ recorded in the node state store, so a node that was killed finds the stage serv
 left behind and stops them on ``resume`` (only when provably its own) before starting
 what its persisted claims still authorise.
 
-Time is an argument (``now_ms``) as in the rules; the caller owns the clock.
+Time is an argument (``now_ms``) as in the rules; the caller owns the clock. The
+node's executor offers and releases claims while its agent expires leases, so every
+public method holds one lock.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -75,51 +78,58 @@ class StageHost:
         self._store = store
         self.settings = settings
         self._running: dict[ClaimKey, RunningStage] = {}
+        self._lock = threading.RLock()
 
     def running(self) -> dict[ClaimKey, RunningStage]:
-        return dict(self._running)
+        with self._lock:
+            return dict(self._running)
 
     def resume(self, now_ms: int) -> None:
         """After a restart: stop stage servers a killed node left, end expired leases,
         then start every claim still serving."""
-        for held in self.book.held():
-            left_behind = self._recorded_process(held.stage_claim.key)
-            if left_behind is not None and held.stage_claim.key not in self._running:
-                stop_proven(left_behind)
-                self._record_process(held.stage_claim.key, None)
-        self.book.expire(now_ms)
-        for stage_claim in self.book.serving():
-            if stage_claim.key not in self._running:
-                self._start(stage_claim)
+        with self._lock:
+            for held in self.book.held():
+                left_behind = self._recorded_process(held.stage_claim.key)
+                if left_behind is not None and held.stage_claim.key not in self._running:
+                    stop_proven(left_behind)
+                    self._record_process(held.stage_claim.key, None)
+            self.book.expire(now_ms)
+            for stage_claim in self.book.serving():
+                if stage_claim.key not in self._running:
+                    self._start(stage_claim)
 
     def offer(self, stage_claim: StageClaim, now_ms: int) -> ClaimOutcome:
         """Judge a coordinator claim; stop what it fences and start what it authorises."""
-        outcome = self.book.offer(stage_claim, now_ms)
-        for ended in outcome.ended:
-            self._stop(ended.key)
-        if outcome.started is not None:
-            self._stop(outcome.started.key)  # a released epoch claimed again starts afresh
-            self._start(outcome.started)
-        return outcome
+        with self._lock:
+            outcome = self.book.offer(stage_claim, now_ms)
+            for ended in outcome.ended:
+                self._stop(ended.key)
+            if outcome.started is not None:
+                self._stop(outcome.started.key)  # a released epoch claimed again starts afresh
+                self._start(outcome.started)
+            return outcome
 
     def release(self, stop: StopRequest, now_ms: int) -> StopDecision:
         """A coordinator's stop: stale terms are refused, an accepted one stops the stage."""
-        decision, ended = self.book.release(stop, now_ms)
-        if ended is not None:
-            self._stop(ended.key)
-        return decision
+        with self._lock:
+            decision, ended = self.book.release(stop, now_ms)
+            if ended is not None:
+                self._stop(ended.key)
+            return decision
 
     def expire(self, now_ms: int) -> tuple[StageClaim, ...]:
         """Stop every stage whose claim's lease ended before ``now_ms``."""
-        ended = self.book.expire(now_ms)
-        for stage_claim in ended:
-            self._stop(stage_claim.key)
-        return ended
+        with self._lock:
+            ended = self.book.expire(now_ms)
+            for stage_claim in ended:
+                self._stop(stage_claim.key)
+            return ended
 
     def close(self) -> None:
         """Stop every stage server and tunnel (the claims stay persisted)."""
-        for key in list(self._running):
-            self._stop(key)
+        with self._lock:
+            for key in list(self._running):
+                self._stop(key)
 
     def _start(self, stage_claim: StageClaim) -> RunningStage:
         settings = self.settings
