@@ -59,7 +59,7 @@ from gridctl.node.runtimes.llamacpp import (
     default_binary,
 )
 from gridctl.node.runtimes.llamacpp_router import LlamaCppRouterRuntime
-from gridctl.node.runtimes.stage_server import default_stage_server
+from gridctl.node.runtimes.stage_server import default_stage_server, stage_server_beside
 from gridctl.node.runtimes.vllm_config import configured_runtime
 from gridctl.node.sensors import IdleSources, read_sensors
 from gridctl.node.stagehost import StageHost, StageHostSettings, node_tls_identity
@@ -254,7 +254,8 @@ def stage_host(config: NodeConfig, store: NodeStateStore, joined: bool) -> Stage
     build, a fleet identity (the tunnel's mutual TLS) and an advertised address."""
     if config.advertise is None or not joined:
         return None
-    binary = default_stage_server()
+    engine = config.binary
+    binary = stage_server_beside(engine) if engine is not None else default_stage_server()
     if binary is None:
         return None
     settings = StageHostSettings(
