@@ -20,6 +20,7 @@ from gridctl.domain import (
     FleetSnapshot,
     ModelProfile,
     Plan,
+    UnsatisfiedCode,
     WorkloadCatalog,
 )
 from gridctl.planner.canonical import InputTexts
@@ -51,6 +52,16 @@ from gridctl.planner.portfolio_types import (
     PortfolioResult,
 )
 
+# shortfalls that say some model lacks room (not a rule, a pin or a missing host)
+_CAPACITY_SHORTFALLS = frozenset(
+    {
+        UnsatisfiedCode.INSUFFICIENT_CAPACITY,
+        UnsatisfiedCode.PREEMPTION_STAGED,
+        UnsatisfiedCode.EVICTION_LIMIT,
+        UnsatisfiedCode.DISK_ADMISSION,
+    }
+)
+
 
 def inputs_from_picture(
     profiles: Sequence[ModelProfile],
@@ -76,15 +87,20 @@ def inputs_from_picture(
 
 
 def retained(
-    inputs: PortfolioInputs, gates: dict[str, Gate], spare: bool
+    inputs: PortfolioInputs, gates: dict[str, Gate], spare: bool, base: Plan
 ) -> dict[str, tuple[Gate, str]]:
     """Below-gate workloads whose serving model stays: with the fleet's spare-capacity
     proof, a workload that has an observation in the demand window, or whose next
     arrival is still expected by its rhythm (``WorkloadDemand.recurs``), keeps the READY
     model the router answers it with as one canary (correlation-only demand: spare
     capacity only, never a preemption) instead of losing it once the scale-down cooldown
-    passes. Its only candidate is that model, so thin evidence never loads another."""
-    if not spare:
+    passes. Its only candidate is that model, so thin evidence never loads another.
+
+    Keeping a model already resident loads nothing, so a rhythm keeps it without the
+    proof (which is about room to explore) while the base plan lacks capacity for
+    nobody; once it does, the model's slot is demanded and the rhythm lets it go."""
+    crowded = any(u.code in _CAPACITY_SHORTFALLS for u in base.unsatisfied)
+    if not spare and crowded:
         return {}
     kept: dict[str, tuple[Gate, str]] = {}
     for demand in inputs.workloads:
@@ -92,6 +108,8 @@ def retained(
         recurs = demand.requests < 1 and demand.recurs(inputs.policy)
         if current.admitted or (demand.requests < 1 and not recurs):
             continue
+        if not spare and not recurs:
+            continue  # an observation alone keeps a model only with the proof
         serving = serving_model(inputs.snapshot, inputs.profiles, demand.workload, inputs.policy)
         if serving is None:
             continue
@@ -102,7 +120,8 @@ def retained(
             )
         else:
             evidence = f"{demand.requests} observation(s) in the demand window"
-        reason = f"{serving.name} is ready and serves it; {evidence} with fleet spare capacity"
+        room = "fleet spare capacity" if spare else "no capacity shortfall"
+        reason = f"{serving.name} is ready and serves it; {evidence} with {room}"
         admitted = Gate(demand.workload, True, "resident", True, reason)
         kept[demand.workload] = (admitted, serving.name)
     return kept
@@ -120,7 +139,7 @@ def plan_portfolio(inputs: PortfolioInputs) -> PortfolioResult:
     spare = spare_capacity_proof(inputs, base)
     demand = {w.workload: w for w in inputs.workloads}
     gates = {w.workload: gate(w, inputs, spare) for w in inputs.workloads}
-    kept = retained(inputs, gates, spare)
+    kept = retained(inputs, gates, spare, base)
     gates.update({w: g for w, (g, _) in kept.items()})
     active = sorted(w for w, g in gates.items() if g.admitted)
     scan = FeasibilityScan(inputs, planner, {w: demand[w] for w in active})

@@ -11,7 +11,7 @@ never loads a different model.
 
 from __future__ import annotations
 
-from gridctl.domain import ModelProfile, ResidencyState
+from gridctl.domain import ModelDemand, ModelProfile, ResidencyState
 from gridctl.planner.portfolio import plan_portfolio
 from tests.portfolio.builders import box, inputs, model, resident, workload
 
@@ -100,3 +100,34 @@ def test_an_overdue_rhythm_keeps_nothing() -> None:
 def test_a_rhythm_slower_than_the_policys_bound_keeps_nothing() -> None:
     gate, _mapping, targets = rhythm(61, 40)  # the default bound is 60 minutes
     assert not gate.admitted and targets.get("video-gen", 0) == 0
+
+
+def rhythm_on(hosts: tuple, profiles: tuple[ModelProfile, ...], demand: tuple = ()) -> tuple:
+    video = workload(
+        "video", 0, 0.0, recurrence_gap_seconds=34 * 60.0, last_arrival_age_seconds=40 * 60.0
+    )
+    result = plan_portfolio(inputs(profiles, hosts, (video,), demand))
+    gate = next(g for g in result.gates if g.workload == "video")
+    return gate, dict(result.plan.targets)
+
+
+def test_a_rhythm_keeps_a_resident_model_without_the_proof_while_nobody_lacks_room() -> None:
+    """Keeping what is resident loads nothing: the exploration proof is not needed, only
+    a base plan in which no model lacks capacity."""
+    full = (box("b1", slots=1, residencies=(resident("video-gen"),)), box("b2", slots=1))
+    gate, targets = rhythm_on(full, (VIDEO, model("other", {"coding": 1.0})))
+    assert gate.admitted and gate.path == "resident"
+    assert gate.reason.endswith("with no capacity shortfall")
+    assert targets.get("video-gen") == 1
+
+
+def test_a_rhythm_lets_the_model_go_once_a_demanded_model_lacks_room() -> None:
+    crowded = (
+        box("b1", slots=1, residencies=(resident("video-gen"),)),
+        box("b2", slots=1, residencies=(resident("other"),)),
+    )
+    wanted = (ModelDemand("third", requests_per_minute=60.0, confidence=1.0),)
+    profiles = (VIDEO, model("other", {"coding": 1.0}, min_replicas=1), model("third", {}))
+    gate, targets = rhythm_on(crowded, profiles, wanted)
+    assert not gate.admitted and gate.path == "none"
+    assert targets.get("video-gen", 0) == 0
