@@ -223,16 +223,18 @@ def _generated_encoder(kind: type) -> _Encoder:
     for i, f in enumerate(fields):
         x = f"x{i}"
         lines.append(f"    {x} = v.{f.name}")
+        omit = bool(f.metadata.get("canonical_omit_none"))
+        if omit:
+            lines.append(f"    o{i} = {x} is None")
         clauses = _clauses(hints.get(f.name), f.default, scope, x)
         for number, (condition, statement) in enumerate(clauses):
             lines.append(f"    {'elif' if number else 'if'} {condition}:")
             lines.append(f"        {statement}")
         lines.append("    else:" if clauses else "    if True:")
         lines.append(f"        {x} = _text({x})")
-        if f.metadata.get("canonical_omit_none"):
-            # the clauses wrote None as "null": left out, with its comma
+        if omit:  # None is left out, with its comma
             key = "," + _string(f.name) + ":"
-            lines.append(f'    {x} = "" if {x} == "null" else {key!r} + {x}')
+            lines.append(f'    {x} = "" if o{i} else {key!r} + {x}')
             parts.append(f"{{{x}}}")
         else:
             parts.append(("," if parts else "") + f"{_string(f.name)}:{{{x}}}")
