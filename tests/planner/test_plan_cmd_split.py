@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -100,7 +101,7 @@ def test_json_plan_carries_the_topology(
     stages = split["stages"]
     assert [s["host_id"] for s in stages] == ["lap-a", "lap-b", "mini-c"]
     assert stages[0]["layer_start"] == 0 and stages[-1]["layer_end"] == 26
-    assert all(a["layer_end"] == b["layer_start"] for a, b in zip(stages, stages[1:]))
+    assert all(a["layer_end"] == b["layer_start"] for a, b in itertools.pairwise(stages))
     assert split["memory_mb"] == sum(s["memory_mb"] for s in stages) >= 40_000
     assert doc["models"]["gemma-big"]["split"].startswith("split over 3 hosts: lap-a layers 0-")
     assert [u["model_id"] for u in doc["unsatisfied"]] == []
