@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import replace
 
 from gridctl.domain import (
@@ -138,3 +139,10 @@ def test_split_plans_are_byte_identical_whatever_the_host_order() -> None:
     first = plan_bytes(plan_placement([big()], fleet(*hosts)))
     assert plan_bytes(plan_placement([big()], fleet(*reversed(hosts)))) == first
     assert plan_bytes(plan_placement([big()], fleet(*hosts))) == first
+
+
+def test_a_plan_with_a_split_crosses_a_process_boundary_unchanged() -> None:
+    plan = plan_placement([big()], fleet(*three_small_hosts()))
+    again = pickle.loads(pickle.dumps(plan))
+    assert again == plan and plan_bytes(again) == plan_bytes(plan)
+    assert again.splits == plan.splits and again.splits
