@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["explanation_lines", "print_actions", "print_diff", "print_explanation"]
+__all__ = ["explanation_lines", "print_actions", "print_diff", "print_explanation", "split_lines"]
 
 
 def _state(row: dict[str, Any]) -> str:
@@ -49,13 +49,16 @@ def print_diff(document: dict[str, Any]) -> None:
     print(f"gridctl plan: inputs {digest[:12]}, planned in {ms:.1f} ms")
     print(f"{kept} replica(s) already in place.")
     destroys, replacements = document["destroys"], document["replacements"]
-    if placing or destroys or replacements or plan["unsatisfied"]:
+    splits = plan.get("splits") or []
+    if placing or destroys or replacements or plan["unsatisfied"] or splits:
         print()
     for a in placing:
         print(
             f"  + {a['model_id']} on {a['host_id']} ({a['runtime']}, {a['memory_mb']} MB): "
             f"{a['reason']}"
         )
+    for line in split_lines(splits):
+        print(line)
     for d in destroys:
         held = f" [held: {'; '.join(d['held'])}]" if d["held"] else ""
         print(
@@ -69,10 +72,30 @@ def print_diff(document: dict[str, Any]) -> None:
         print(f"  ! {u['model_id']}{where}: {u['code']}{missing}: {u['message']}")
     print_actions(document)
     print()
+    split_count = f", {len(splits)} split (not acted on yet)" if splits else ""
     print(
-        f"Plan: {len(placing)} to place, {len(destroys)} to destroy, {len(replacements)} to "
-        f"replace, {len(document['held'])} held, {len(plan['unsatisfied'])} unsatisfied."
+        f"Plan: {len(placing)} to place{split_count}, {len(destroys)} to destroy, "
+        f"{len(replacements)} to replace, {len(document['held'])} held, "
+        f"{len(plan['unsatisfied'])} unsatisfied."
     )
+
+
+def split_lines(splits: list[dict[str, Any]]) -> list[str]:
+    """``+ M split over N hosts``, then one line per stage: host, layers, memory."""
+    lines: list[str] = []
+    for s in splits:
+        stages = s["stages"]
+        lines.append(
+            f"  + {s['model_id']} split over {len(stages)} hosts ({s['runtime']}, "
+            f"{s['memory_mb']} MB, coordinator {s['coordinator_host_id']}, context "
+            f"{s['context_length']}, {s['parallel_lanes']} lanes): {s['reason']}"
+        )
+        for stage in stages:
+            lines.append(
+                f"      stage {stage['host_id']}: layers {stage['layer_start']}-"
+                f"{stage['layer_end'] - 1} of {s['layer_count']}, {stage['memory_mb']} MB"
+            )
+    return lines
 
 
 def explanation_lines(model: str, explanation: dict[str, Any] | None) -> list[str]:
@@ -86,6 +109,8 @@ def explanation_lines(model: str, explanation: dict[str, Any] | None) -> list[st
         f"Explain {model}: target {explanation.get('target_replicas', 0)} "
         f"({explanation.get('target_reason') or 'no reason recorded'}); class {demand_class}"
     ]
+    if explanation.get("split"):
+        lines.append(f"  {explanation['split']}")
     for c in explanation.get("candidates") or []:
         lines.append(_candidate_line(c))
     if len(lines) == 1:

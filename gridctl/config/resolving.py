@@ -24,7 +24,7 @@ from gridctl.domain import (
     Workload,
     WorkloadCatalog,
 )
-from gridctl.domain.profiles import DEFAULT_ENDPOINTS, ENDPOINTS
+from gridctl.domain.profiles import DEFAULT_ENDPOINTS, ENDPOINTS, SplitPolicy
 
 _RESOURCE_FIELDS = {f.name for f in dataclasses.fields(HostResources)}
 _TUPLE_RESOURCE_FIELDS = {
@@ -85,6 +85,17 @@ def profile_from_document(doc: dict[str, Any]) -> ModelProfile:
         chat_template=spec.get("chat_template"),
         endpoints=tuple(e for e in ENDPOINTS if e in spec.get("endpoints", DEFAULT_ENDPOINTS)),
         max_output_tokens=spec.get("max_output_tokens", 32_768),
+        split=split_from_mapping(spec.get("split")),
+    )
+
+
+def split_from_mapping(data: Mapping[str, Any] | None) -> SplitPolicy | None:
+    if data is None:
+        return None
+    return SplitPolicy(
+        max_stages=data["max_stages"],
+        layers=data["layers"],
+        native_context=data["native_context"],
     )
 
 

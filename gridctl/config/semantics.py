@@ -7,6 +7,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from gridctl.config.yamlsource import SourceDocument
+from gridctl.domain.profiles import DEFAULT_RUNTIME
 from gridctl.errors import ConfigIssue
 
 SECRET_QUERY_WORDS = ("token", "key", "sig", "secret", "password", "passwd", "auth", "credential")
@@ -100,6 +101,32 @@ def check_profile(doc: Checked) -> list[ConfigIssue]:
             issues.append(_issue(doc, "/spec/artifact/source", problem))
     if doc.name in spec["colocation_excludes"]:
         issues.append(_issue(doc, "/spec/colocation_excludes", "a model cannot exclude itself"))
+    issues.extend(_split_issues(doc, spec))
+    return issues
+
+
+def _split_issues(doc: Checked, spec: dict[str, Any]) -> list[ConfigIssue]:
+    split = spec.get("split")
+    if split is None:
+        return []
+    issues: list[ConfigIssue] = []
+    if split["max_stages"] > split["layers"]:
+        issues.append(
+            _issue(
+                doc,
+                "/spec/split/max_stages",
+                f"split.max_stages ({split['max_stages']}) exceeds split.layers "
+                f"({split['layers']}): every stage serves at least one layer",
+            )
+        )
+    if DEFAULT_RUNTIME not in spec["runtimes"]:
+        issues.append(
+            _issue(
+                doc,
+                "/spec/split",
+                f"split runs on {DEFAULT_RUNTIME}'s RPC backend, which runtimes does not list",
+            )
+        )
     return issues
 
 

@@ -23,11 +23,13 @@ from gridctl.domain.plans import (
     Plan,
     Preemption,
     ScoreComponent,
+    SplitPlacement,
+    SplitStage,
     Unsatisfied,
     UnsatisfiedCode,
 )
 from gridctl.domain.policy import DEFAULT_WORKLOADS, ControllerPolicy, Workload, WorkloadCatalog
-from gridctl.domain.profiles import DEFAULT_RUNTIME, Artifact, ModelProfile
+from gridctl.domain.profiles import DEFAULT_RUNTIME, Artifact, ModelProfile, SplitPolicy
 from gridctl.domain.states import DataTier, HostState, Mode, Ownership, ResidencyState
 
 __all__ = [
@@ -65,6 +67,9 @@ __all__ = [
     "Residency",
     "ResidencyState",
     "ScoreComponent",
+    "SplitPlacement",
+    "SplitPolicy",
+    "SplitStage",
     "Unsatisfied",
     "UnsatisfiedCode",
     "Workload",

@@ -172,6 +172,7 @@ class ModelExplanation:
     target_reason: str
     demand_class: DemandClass | None
     candidates: Sequence[CandidateExplanation] = ()
+    split: str | None = None  # "split over N hosts: ..." when the plan placed a split
 
     def summary(self) -> RowSummary:
         """The candidate rows folded: chosen hosts, then groups of hosts alike."""
@@ -241,8 +242,58 @@ class Unsatisfied:
 
 
 @dataclass(frozen=True)
+class SplitStage:
+    """One host of a split replica: its half-open layer range and the memory charged."""
+
+    host_id: str
+    layer_start: int
+    layer_end: int
+    memory_mb: int
+
+
+@dataclass(frozen=True)
+class SplitPlacement:
+    """One replica of ``model_id`` served across several hosts (llama.cpp's RPC backend).
+
+    The coordinator host runs ``llama-server --rpc`` and is also the first stage;
+    every stage host serves its layer range. Stages are ordered by layer range.
+    """
+
+    model_id: str
+    coordinator_host_id: str
+    stages: tuple[SplitStage, ...]
+    layer_count: int
+    context_length: int
+    parallel_lanes: int
+    runtime: str
+    reason: str
+    demand_class: DemandClass
+    priority: int
+
+    @property
+    def memory_mb(self) -> int:
+        return sum(stage.memory_mb for stage in self.stages)
+
+    def summary(self) -> str:
+        """``split over 3 hosts: a layers 0-9 (3000 MB), ...`` (ranges inclusive)."""
+        parts = ", ".join(
+            f"{s.host_id} layers {s.layer_start}-{s.layer_end - 1} ({s.memory_mb} MB)"
+            for s in self.stages
+        )
+        return (
+            f"split over {len(self.stages)} hosts: {parts}; coordinator "
+            f"{self.coordinator_host_id}, context {self.context_length}, "
+            f"{self.parallel_lanes} lanes"
+        )
+
+
+@dataclass(frozen=True)
 class Plan:
-    """The complete result of one planning pass over frozen inputs."""
+    """The complete result of one planning pass over frozen inputs.
+
+    ``splits`` are replicas served across several hosts; nothing acts on them yet
+    (the reconciler issues no commands for a split), and ``assignments`` never
+    holds a split's stages."""
 
     input_digest: str
     now: float
@@ -251,6 +302,10 @@ class Plan:
     preemptions: tuple[Preemption, ...]
     unsatisfied: tuple[Unsatisfied, ...]
     explanations: tuple[ModelExplanation, ...]
+    splits: tuple[SplitPlacement, ...] = ()
+
+    def splits_for(self, model_id: str) -> tuple[SplitPlacement, ...]:
+        return tuple(s for s in self.splits if s.model_id == model_id)
 
     def assignments_for(self, model_id: str) -> tuple[Assignment, ...]:
         return tuple(a for a in self.assignments if a.model_id == model_id)

@@ -1,4 +1,10 @@
-"""Model profiles: what an operator declares about one model."""
+"""Model profiles: what an operator declares about one model.
+
+``split`` is the one profile field that may be absent from the canonical
+text of a profile (``CANONICAL_OMIT_NONE``): a profile that never splits
+digests exactly as it did before the field existed, so saved plans and
+recorded input digests stay valid.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,8 @@ from gridctl.domain.states import DataTier
 DEFAULT_RUNTIME = "llama.cpp"
 ENDPOINTS = ("chat", "completions", "embeddings")  # the OpenAI surface a replica may serve
 DEFAULT_ENDPOINTS = ("chat", "completions")
+# field metadata: ``None`` is left out of the canonical text (``planner.canonical``)
+CANONICAL_OMIT_NONE = {"canonical_omit_none": True}
 
 
 @dataclass(frozen=True)
@@ -19,6 +27,22 @@ class Artifact:
     sha256: str | None = None
     source: str | None = None
     size_mb: int | None = None
+
+
+@dataclass(frozen=True)
+class SplitPolicy:
+    """May one replica run split across several hosts, and the model's shape for it.
+
+    A split is planned only when no single eligible host can hold the model:
+    ``max_stages`` (>= 2) bounds how many hosts one split may span; ``layers``
+    and ``native_context`` are the GGUF's block count and trained context, which
+    the split-topology planner needs to cut the model into contiguous layer
+    ranges and to name the context the coordinator serves.
+    """
+
+    max_stages: int
+    layers: int
+    native_context: int
 
 
 @dataclass(frozen=True)
@@ -59,6 +83,8 @@ class ModelProfile:
     chat_template: str | None = None  # a llama-server built-in name; None = the GGUF's own
     endpoints: tuple[str, ...] = DEFAULT_ENDPOINTS  # of ``ENDPOINTS``; embeddings needs a flag
     max_output_tokens: int = 32_768  # the largest max_tokens a request may ask for
+    # None = never split; see ``SplitPolicy``
+    split: SplitPolicy | None = field(default=None, metadata=CANONICAL_OMIT_NONE)
 
     def memory_for(self, runtime: str) -> int:
         """Resident footprint of one replica on ``runtime``."""

@@ -30,13 +30,23 @@ def canonical(value: object) -> JsonValue:
     if isinstance(value, Enum):
         return value.value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: canonical(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {
+            f.name: canonical(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if not _omitted(f, getattr(value, f.name))
+        }
     if isinstance(value, Mapping):
         return {str(k): canonical(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
         items = [canonical(v) for v in value]
         return sorted(items, key=dumps)
     return value
+
+
+def _omitted(f: dataclasses.Field[Any], value: object) -> bool:
+    """A field added later that is left out of the text while ``None`` (``split`` of a
+    profile): inputs that never use it keep the digest they had before it existed."""
+    return value is None and bool(f.metadata.get("canonical_omit_none"))
 
 
 def dumps(value: JsonValue) -> str:
@@ -185,8 +195,18 @@ def _encoder(kind: type) -> _Encoder:
 
 def _fields_loop(value: Any) -> str:
     """A dataclass as a JSON object, field by field through the general path."""
-    names = sorted(f.name for f in dataclasses.fields(value))
-    return "{" + ",".join([_string(n) + ":" + _text(getattr(value, n)) for n in names]) + "}"
+    named = sorted((f.name, f) for f in dataclasses.fields(value))
+    return (
+        "{"
+        + ",".join(
+            [
+                _string(n) + ":" + _text(getattr(value, n))
+                for n, f in named
+                if not _omitted(f, getattr(value, n))
+            ]
+        )
+        + "}"
+    )
 
 
 def _generated_encoder(kind: type) -> _Encoder:
@@ -196,19 +216,29 @@ def _generated_encoder(kind: type) -> _Encoder:
     hints = _type_hints(kind)
     scope: dict[str, Any] = {"_text": _text, "_string": _string, "_EMPTY": ()}
     scope.update(_NAMES=_NAMES, _names_text=_names_text, _INTS=_INTS, _int_text=_int_text)
+    if fields and fields[0].metadata.get("canonical_omit_none"):
+        return _fields_loop  # (an omitted first field would leave a leading comma)
     lines = ["def encode(v):"]
     parts = []
     for i, f in enumerate(fields):
         x = f"x{i}"
         lines.append(f"    {x} = v.{f.name}")
+        omit = bool(f.metadata.get("canonical_omit_none"))
+        if omit:
+            lines.append(f"    o{i} = {x} is None")
         clauses = _clauses(hints.get(f.name), f.default, scope, x)
         for number, (condition, statement) in enumerate(clauses):
             lines.append(f"    {'elif' if number else 'if'} {condition}:")
             lines.append(f"        {statement}")
         lines.append("    else:" if clauses else "    if True:")
         lines.append(f"        {x} = _text({x})")
-        parts.append(f"{_string(f.name)}:{{{x}}}")
-    lines.append("    return f" + repr("{{" + ",".join(parts) + "}}"))
+        if omit:  # None is left out, with its comma
+            key = "," + _string(f.name) + ":"
+            lines.append(f'    {x} = "" if o{i} else {key!r} + {x}')
+            parts.append(f"{{{x}}}")
+        else:
+            parts.append(("," if parts else "") + f"{_string(f.name)}:{{{x}}}")
+    lines.append("    return f" + repr("{{" + "".join(parts) + "}}"))
     exec("\n".join(lines), scope)  # source built above from identifiers and names in scope
     encoder: _Encoder = scope["encode"]
     return encoder
@@ -393,8 +423,12 @@ class InputTexts:
 
     def fields_text(self, value: object) -> str:
         """A dataclass as ``canonical_text`` writes it, each field's text remembered."""
-        names = sorted(f.name for f in dataclasses.fields(value))  # type: ignore[arg-type]
-        body = [f"{encode_basestring_ascii(n)}:{self.text(getattr(value, n))}" for n in names]
+        named = sorted((f.name, f) for f in dataclasses.fields(value))  # type: ignore[arg-type]
+        body = [
+            f"{encode_basestring_ascii(n)}:{self.text(getattr(value, n))}"
+            for n, f in named
+            if not _omitted(f, getattr(value, n))
+        ]
         return "{" + ",".join(body) + "}"
 
 

@@ -3,7 +3,8 @@
 ``plan_to_json`` writes every candidate row of every model: 200,000 rows for a
 cold fleet of 1,000 hosts and 200 models, 52 MB that nobody reads. The document
 ``gridctl plan``, the dry run and the status serve (``plan_document``) keeps
-what was decided — targets, assignments, preemptions, unsatisfied constraints —
+what was decided — targets, assignments, preemptions, unsatisfied constraints, and
+splits (one replica across several hosts) when there are any —
 and, per model, its target, the hosts it chose and its other hosts folded into
 groups of hosts turned down (or left eligible) alike, with a count and one
 example host each (``row_summaries``). A model's every host row comes only when
@@ -17,15 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gridctl.domain import ModelExplanation, Plan
+from gridctl.domain import ModelExplanation, Plan, SplitPlacement
 from gridctl.domain.row_summaries import RowGroup, RowSummary
 
 JsonObject = dict[str, object]
 
 
 def decisions_json(plan: Plan) -> JsonObject:
-    """What the plan decided: everything but the per-model explanation."""
-    return {
+    """What the plan decided: everything but the per-model explanation (``splits`` only
+    when the plan places one, so a plan without splits reads as it always did)."""
+    document: JsonObject = {
         "input_digest": plan.input_digest,
         "now": plan.now,
         "targets": {model: replicas for model, replicas in plan.targets},
@@ -62,14 +64,45 @@ def decisions_json(plan: Plan) -> JsonObject:
             for u in plan.unsatisfied
         ],
     }
+    if plan.splits:
+        document["splits"] = [split_json(s) for s in plan.splits]
+    return document
+
+
+def split_json(s: SplitPlacement) -> JsonObject:
+    """One split replica: topology, and each stage's host, layer range and memory."""
+    return {
+        "model_id": s.model_id,
+        "coordinator_host_id": s.coordinator_host_id,
+        "runtime": s.runtime,
+        "layer_count": s.layer_count,
+        "context_length": s.context_length,
+        "parallel_lanes": s.parallel_lanes,
+        "memory_mb": s.memory_mb,
+        "reason": s.reason,
+        "demand_class": s.demand_class.value,
+        "priority": s.priority,
+        "stages": [
+            {
+                "host_id": stage.host_id,
+                "layer_start": stage.layer_start,
+                "layer_end": stage.layer_end,
+                "memory_mb": stage.memory_mb,
+            }
+            for stage in s.stages
+        ],
+    }
 
 
 def _target_json(e: ModelExplanation) -> JsonObject:
-    return {
+    target: JsonObject = {
         "target_replicas": e.target_replicas,
         "target_reason": e.target_reason,
         "demand_class": e.demand_class.value if e.demand_class else None,
     }
+    if e.split is not None:
+        target["split"] = e.split
+    return target
 
 
 def explanation_json(e: ModelExplanation) -> JsonObject:
@@ -127,4 +160,4 @@ def plan_document(
     return document
 
 
-__all__ = ["decisions_json", "explanation_json", "plan_document", "summary_json"]
+__all__ = ["decisions_json", "explanation_json", "plan_document", "split_json", "summary_json"]

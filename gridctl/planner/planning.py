@@ -3,21 +3,25 @@
 ``plan_placement`` turns desired state (profiles, policy) and one frozen
 observation (hosts, residencies, demand, ``now``) into a ``Plan``: targets,
 seeded incumbents, pins, fair priority rounds with repair and staged
-preemption, failure-domain shortfalls, explanations and the input digest.
+preemption, split placements for models no single host can hold, failure-domain
+shortfalls, explanations and the input digest.
 It is pure: no clock, no randomness, no I/O; equal inputs give equal bytes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from gridctl.domain import (
     Assignment,
     ControllerPolicy,
     FleetSnapshot,
+    ModelExplanation,
     ModelProfile,
     Plan,
     ResidencyState,
+    SplitPlacement,
     Unsatisfied,
     UnsatisfiedCode,
 )
@@ -28,6 +32,7 @@ from gridctl.planner.placers import SingleHostPlacer
 from gridctl.planner.rounds import place_pins, place_rounds
 from gridctl.planner.scoring import forget_roundings
 from gridctl.planner.seeding import seed_incumbents
+from gridctl.planner.splits import place_splits
 from gridctl.planner.startup_paths import start_seconds
 from gridctl.planner.targets import FleetFacts, replica_target
 from gridctl.planner.workspace import Workspace
@@ -61,6 +66,7 @@ def plan_placement(
     seed_incumbents(ws)
     place_pins(ws)
     place_rounds(ws, SingleHostPlacer(by_class))
+    place_splits(ws)  # free memory only, after every single-host replica
     report_domain_shortfalls(ws)
     # the plan keeps only what its explanation rows read (``StaticRows``), not the
     # workspace: the plan's books are freed by reference counting when it returns
@@ -160,6 +166,9 @@ def assemble(ws: Workspace, digest: str) -> Plan:
     ]
     static_rows = StaticRows(ws.static, ws.scores, ws.host_ids, ws.host_position)
     explanations = ws.explain.build(ws.targets, ws.host_position, static_rows)
+    splits = tuple(sorted(ws.splits, key=lambda s: s.model_id))  # one per model at most
+    if splits:
+        explanations = explain_splits(explanations, splits)
     return Plan(
         input_digest=digest,
         now=ws.now,
@@ -168,4 +177,15 @@ def assemble(ws: Workspace, digest: str) -> Plan:
         preemptions=tuple(preemptions),
         unsatisfied=tuple(unsatisfied),
         explanations=explanations,
+        splits=splits,
+    )
+
+
+def explain_splits(
+    explanations: tuple[ModelExplanation, ...], splits: tuple[SplitPlacement, ...]
+) -> tuple[ModelExplanation, ...]:
+    """Each split model's explanation says where its split goes."""
+    said = {s.model_id: s.summary() for s in splits}
+    return tuple(
+        replace(e, split=said[e.model_id]) if e.model_id in said else e for e in explanations
     )

@@ -25,6 +25,7 @@ from gridctl.domain import (
     ModelDemand,
     ModelProfile,
     Preemption,
+    SplitPlacement,
     UnsatisfiedCode,
 )
 from gridctl.planner.explaining import ExplanationBook
@@ -110,6 +111,7 @@ class Workspace:
         self.best_steady: dict[str, float] = {}  # model -> its best steady-state static quality
         self.repack_searches = 0  # replacement searches spent on starting proactive repacks
         self.shortfalls: dict[tuple[str, UnsatisfiedCode], Shortfall] = {}
+        self.splits: list[SplitPlacement] = []  # replicas across several hosts (``splits``)
         self._new_runtime = fleet.new_runtime
         self._footprint = fleet.footprint
         self.scores = scores = StaticScores(fleet, self.targets, policy)
