@@ -38,7 +38,9 @@ from gridctl.domain import (
     Plan,
     ResidencyState,
 )
+from gridctl.planner.portfolio_admission import serving_model
 from gridctl.planner.portfolio_types import CandidateRow, Gate, PortfolioInputs, PreemptionPath
+from gridctl.planner.preemption import yields_cooldown_hold
 from gridctl.planner.rejections import Rejection, RejectionCode
 from gridctl.planner.startup_paths import learned_on, start_seconds
 
@@ -212,6 +214,18 @@ def workload_pressure(demand: WorkloadDemand) -> float:
     return demand.offered_concurrency * workload_confidence(demand)
 
 
+def serving_active(inputs: PortfolioInputs, workloads: Iterable[str]) -> frozenset[str]:
+    """The models the router answers the admitted ``workloads`` with now. The scale-down
+    cooldown is not what keeps them: a workload uses them, so a probe that sees only
+    the cooldown behind one must not take it (``held_idle``)."""
+    found = set()
+    for workload in workloads:
+        model = serving_model(inputs.snapshot, inputs.profiles, workload, inputs.policy)
+        if model is not None:
+            found.add(model.name)
+    return frozenset(found)
+
+
 def canary(model_id: str) -> ModelDemand:
     return ModelDemand(model_id, correlated_requests_per_minute=1e-6, confidence=0.0)
 
@@ -253,6 +267,7 @@ class FeasibilityScan:
         self.runs = 0
         self.protected = protected_models(inputs)
         self.active = dict(active or {})
+        self.serving = serving_active(inputs, self.active)
         self._profiles = {p.name: p for p in inputs.profiles}
         self._facts: dict[
             str, tuple[int, int, bool, str | None, tuple[PreemptionPath, ...], str | None]
@@ -300,14 +315,17 @@ class FeasibilityScan:
             snapshot = deny(with_demand(self.inputs.snapshot, demand), model_id, tried)
             probe = self.planner(snapshot)
             by_host: dict[str, list[str]] = {}
+            in_use: set[str] = set()  # hosts whose path would take a model a workload uses
             for p in probe.preemptions:
                 if p.beneficiary == model_id and p.host_id not in tried:
                     by_host.setdefault(p.host_id, []).append(p.model_id)
+                    if yields_cooldown_hold(p) and p.model_id in self.serving:
+                        in_use.add(p.host_id)
             if not by_host:
                 break
             for host, victims in sorted(by_host.items()):
                 tried.add(host)
-                if not set(victims) & self.protected:
+                if not set(victims) & self.protected and host not in in_use:
                     paths.append(PreemptionPath(host, tuple(sorted(victims))))
         return tuple(paths[:limit])
 

@@ -47,6 +47,7 @@ from gridctl.domain import FleetSnapshot, ModelDemand, ModelProfile, Plan, Resid
 from gridctl.planner.portfolio_scan import (
     deny,
     protected_models,
+    serving_active,
     validated_canary,
     with_demand,
     workload_confidence,
@@ -88,6 +89,11 @@ class SearchState:
             for r in h.residencies
             if r.state in _LIVE
         )
+
+    @functools.cached_property
+    def serving(self) -> frozenset[str]:
+        """Models the router answers an admitted workload with now (``serving_active``)."""
+        return serving_active(self.inputs, [w for w, g in self.gates.items() if g.admitted])
 
     @property
     def budget_left(self) -> bool:
@@ -251,6 +257,9 @@ def judge(state: SearchState, mapping: Mapping_, plan: Plan) -> Evaluation:
         if (p.host_id, p.model_id, p.beneficiary) in inherited:
             continue  # the base plan's own move (direct or baseline authority), not the portfolio's
         if p.model_id in protected:
+            return Evaluation(mapping, False, (), (), f"would preempt {p.model_id}")
+        if yields_cooldown_hold(p) and p.model_id in state.serving:
+            # an admitted workload uses it, whatever this mapping gives it
             return Evaluation(mapping, False, (), (), f"would preempt {p.model_id}")
         if p.model_id in selected and not (
             yields_cooldown_hold(p) and counts.get(p.model_id, 0) > 0
