@@ -55,6 +55,16 @@ class UpRun:
     marks: dict[str, float] = field(default_factory=dict)  # phase end -> s after start
 
 
+def cpu_pressure() -> str:
+    """The share of the last 10 s in which some runnable task waited for a core (Linux
+    PSI): what other work on a shared machine took from this run."""
+    try:
+        line = Path("/proc/pressure/cpu").read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return "cpu pressure unknown"
+    return "cpu pressure " + line.split()[1].replace("avg10=", "") + " %"
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -215,7 +225,8 @@ def main() -> None:
             )
             print(
                 f"run {i}: controller start -> model routable {run.routable_after:.2f} s "
-                f"({run.model} on {run.host}; load average {os.getloadavg()[0]:.2f})\n"
+                f"({run.model} on {run.host}; load average {os.getloadavg()[0]:.2f}, "
+                f"{cpu_pressure()})\n"
                 f"  ms: {steps}",
                 flush=True,
             )
