@@ -481,9 +481,13 @@ class ControllerService:
     async def _probe_loop(self, client: httpx.AsyncClient) -> None:
         route_added = asyncio.Event()
         loop = asyncio.get_running_loop()
-        # heartbeats are taken on this loop or on worker threads: either way the wake-up
-        # is handed to the loop
-        self.registry.on_route_added = lambda: loop.call_soon_threadsafe(route_added.set)
+
+        def wake() -> None:
+            # heartbeats are taken on this loop or on worker threads: either way the
+            # wake-up is handed to the loop
+            loop.call_soon_threadsafe(route_added.set)
+
+        self.registry.on_route_added = wake
         try:
             while not self._stop.is_set():
                 added = self.registry.routes_added
