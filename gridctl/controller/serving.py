@@ -485,7 +485,8 @@ class ControllerService:
         def wake() -> None:
             # heartbeats are taken on this loop or on worker threads: either way the
             # wake-up is handed to the loop
-            loop.call_soon_threadsafe(route_added.set)
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: no one waits
+                loop.call_soon_threadsafe(route_added.set)
 
         self.registry.on_route_added = wake
         try:
