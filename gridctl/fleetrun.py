@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -44,12 +45,13 @@ class FleetSettings:
     host: str = "127.0.0.1"
     port: int = 22100
     capacity_mb: int = 0  # per logical host, computed when 0
+    engine_threads: int = 0  # per engine of a logical host, computed when 0
     engine_port_base: int = PORT_BASE
     worktree: bool = False  # the controller follows files on disk, not commits
     log_format: str = "text"  # the controller's and nodes' --log-format
 
     def key(self) -> dict[str, object]:
-        return {k: v for k, v in asdict(self).items() if k != "capacity_mb"}
+        return {k: v for k, v in asdict(self).items() if k not in ("capacity_mb", "engine_threads")}
 
 
 @dataclass
@@ -94,6 +96,19 @@ def partition_capacity(machines: int) -> int:
     """Memory per logical host: an equal share of what this machine can really give."""
     usable = int(psutil.virtual_memory().available / (1024 * 1024) * 0.6)
     return max(256, min(NODE_CAPACITY_CEILING_MB, usable // max(1, machines)))
+
+
+def partition_threads(machines: int) -> int:
+    """Engine threads per logical host: an equal share of the cores this process may use.
+
+    Logical hosts share one machine's cores as they share its memory. An engine given
+    more threads than its share spins at its threadpool's barriers while the other
+    host's engine or its own node holds a core: on 2 cores, two engines of 2 threads
+    each took 1.3-5.5 s to warm SmolLM2-135M where one thread each took 0.45-0.67 s
+    (docs/up-timeline.md).
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) // max(1, machines))
 
 
 def _spawn(args: list[str], log_path: Path, detached: bool) -> subprocess.Popen[bytes]:
@@ -183,6 +198,8 @@ def start_fleet(settings: FleetSettings, *, detached: bool, say: object = print)
     root.chmod(0o700)
     if not settings.capacity_mb:
         settings.capacity_mb = partition_capacity(settings.machines)
+    if not settings.engine_threads:
+        settings.engine_threads = partition_threads(settings.machines)
     require_free_port(settings.host, settings.port)
     run = FleetRun(settings)
     controller_dir = root / "controller"
@@ -266,8 +283,10 @@ def spawn_nodes(
     for i, (host_id, token_file) in enumerate(node_tokens.items(), start=1):
         _spawn_node(run, host_id, i, token_file, detached)
         first = settings.engine_port_base + (i - 1) * PORTS_PER_HOST
+        threads = "thread" if settings.engine_threads == 1 else "threads"
         say(
-            f"started logical host {host_id} ({settings.capacity_mb} MB, ports {first}-"
+            f"started logical host {host_id} ({settings.capacity_mb} MB, "
+            f"{settings.engine_threads} engine {threads}, ports {first}-"
             f"{first + PORTS_PER_HOST - 1})"
         )
 
@@ -298,6 +317,8 @@ def _spawn_node(run: FleetRun, host_id: str, index: int, token_file: Path, detac
             "2",
             "--reserved-mb",
             "0",
+            "--engine-threads",
+            str(settings.engine_threads),
             "--failure-domain",
             f"zone-{chr(ord('a') + (index - 1) % 26)}",
             "--tags",

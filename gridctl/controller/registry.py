@@ -221,6 +221,9 @@ class Registry:
         # how many routes appeared (a new endpoint, never probed): the probe loop probes
         # soon after this moves instead of at its next period
         self.routes_added = 0
+        # called (from any thread, possibly under this registry's lock) when one appears:
+        # the probe loop's wake-up, so it need not look at the count on a short period
+        self.on_route_added: Callable[[], None] | None = None
         # (host, model) -> why the last native-readiness probe refused the route
         self._not_routable: dict[tuple[str, str], str] = {}
         # Private proxy measurements that override self-reported speed in snapshots:
@@ -491,6 +494,8 @@ class Registry:
             same = old is not None and old.endpoint == row["endpoint"]
             if not same:
                 self.routes_added += 1
+                if self.on_route_added is not None:
+                    self.on_route_added()
             routes[residency.model_id] = EngineRoute(
                 host_id=host_id,
                 model_id=residency.model_id,

@@ -67,7 +67,9 @@ log = logging.getLogger(__name__)
 OPERATOR_CLIENT = "operator"  # the client id of /v1 requests made with the operator capability
 KEEP_ALIVE_SECONDS = 30  # above the node's 5 s heartbeat, so reuse never races a close
 SWITCH_INTERVAL_SECONDS = 0.001  # CPython's default is 5 ms
-PROBE_SOON_SECONDS = 0.1  # how soon a route that just appeared is probed
+# how often the probe loop looks at the stop flag while it waits (a new route wakes it
+# at once: ``ControllerRegistry.on_route_added``)
+PROBE_STOP_CHECK_SECONDS = 0.5
 
 
 @dataclass
@@ -477,22 +479,41 @@ class ControllerService:
         return False
 
     async def _probe_loop(self, client: httpx.AsyncClient) -> None:
-        while not self._stop.is_set():
-            added = self.registry.routes_added
-            await self.probe_once(client)
-            self.registry.refresh_external(self.options.clock())
-            self.refresh_tls()
-            await self._probe_pause(added)
+        route_added = asyncio.Event()
+        loop = asyncio.get_running_loop()
 
-    async def _probe_pause(self, added: int) -> None:
+        def wake() -> None:
+            # heartbeats are taken on this loop or on worker threads: either way the
+            # wake-up is handed to the loop
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: no one waits
+                loop.call_soon_threadsafe(route_added.set)
+
+        self.registry.on_route_added = wake
+        try:
+            while not self._stop.is_set():
+                added = self.registry.routes_added
+                route_added.clear()
+                await self.probe_once(client)
+                self.registry.refresh_external(self.options.clock())
+                self.refresh_tls()
+                await self._probe_pause(added, route_added)
+        finally:
+            self.registry.on_route_added = None
+
+    async def _probe_pause(self, added: int, route_added: asyncio.Event) -> None:
         """Wait one probe period, or less when a route appeared since the last pass (a
-        replica just became ready is corroborated, and so routable, without waiting)."""
+        replica just became ready is corroborated, and so routable, at once)."""
         end = time.monotonic() + self.options.probe_interval
         while not self._stop.is_set() and self.registry.routes_added == added:
             left = end - time.monotonic()
             if left <= 0:
                 return
-            await asyncio.sleep(min(left, PROBE_SOON_SECONDS))
+            try:
+                await asyncio.wait_for(
+                    route_added.wait(), timeout=min(left, PROBE_STOP_CHECK_SECONDS)
+                )
+            except TimeoutError:
+                continue
 
     def refresh_tls(self) -> bool:
         """Follow a CA rotation without a restart; returns whether anything changed.

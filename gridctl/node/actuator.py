@@ -19,6 +19,7 @@ stable reason; the executor turns that into a receipt.
 from __future__ import annotations
 
 import errno
+import logging
 import socket
 import threading
 import time
@@ -52,6 +53,8 @@ from gridctl.node.runtimes.adapter import (
 from gridctl.node.runtimes.registry import RuntimeRegistry, UnknownRuntime
 from gridctl.node.statestore import NodeStateStore
 from gridctl.transport import socket_family
+
+log = logging.getLogger("gridctl.node")
 
 __all__ = [  # the lifecycle's vocabulary stays importable from here
     "ActionFailure",
@@ -337,6 +340,8 @@ class HostActuator:
                 raise
             # the port the adapter journalled: a shared engine serves on its own
             port = journal.record.port if journal.record.port is not None else port
+        # a mark in the node's log between the verified artifact and the engine's readiness
+        log.info("engine for %s started: pid %d, port %d", req.model_id, identity.pid, port)
         try:
             waited = adapter.wait_ready(req.model_id, identity, port, cancelled=cancelled)
         except RuntimeFailure as exc:

@@ -56,6 +56,24 @@ __all__ = [  # the shared pieces stay importable from here, where callers found 
 ]
 
 RUNTIME_NAME = "llama.cpp"
+# A small model's engine is ready a few tenths of a second after its spawn: probing every
+# 50 ms for the first READY_PROBE_FAST_SECONDS finds it at most 50 ms late (a back-off
+# from the first probe was up to a quarter second late there). Past that the interval
+# grows by half up to READY_PROBE_LONGEST_SECONDS, so a large model's long load costs
+# about two probes a second.
+READY_PROBE_FIRST_SECONDS = 0.05
+READY_PROBE_FAST_SECONDS = 2.0
+READY_PROBE_LONGEST_SECONDS = 0.5
+
+
+def next_probe_delay(waited: float, delay: float) -> float:
+    """The pause before the next readiness probe, ``waited`` seconds after the spawn,
+    after a pause of ``delay``."""
+    if waited < READY_PROBE_FAST_SECONDS:
+        return READY_PROBE_FIRST_SECONDS
+    return min(max(delay, READY_PROBE_FIRST_SECONDS) * 1.5, READY_PROBE_LONGEST_SECONDS)
+
+
 _UNSAFE_FILE_CHARS = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -308,7 +326,7 @@ class LlamaCppRuntime:
         """Poll native readiness until proven; return seconds waited. Raises if the child dies."""
         started = time.monotonic()
         deadline = started + self.settings.ready_timeout
-        delay = 0.05
+        delay = READY_PROBE_FIRST_SECONDS
         while True:
             if self.prove_identity(identity) is not Liveness.PROVEN:
                 raise ChildFailed(
@@ -321,7 +339,7 @@ class LlamaCppRuntime:
             if cancelled():
                 raise ChildFailed("cancelled", f"warming {model_id} was cancelled")
             time.sleep(delay)
-            delay = min(delay * 1.5, 0.5)
+            delay = next_probe_delay(time.monotonic() - started, delay)
 
     def stop(self, identity: ProcessIdentity, *, grace: float = 10.0) -> bool:
         """Stop a proven child (SIGTERM, then SIGKILL); ``False`` if it cannot be proven."""
