@@ -52,6 +52,7 @@ from gridctl.reconcile.records import (
     ReconcileResult,
 )
 from gridctl.reconcile.seeding import fetched_remotely
+from gridctl.reconcile.splits import split_claim_proposals
 from gridctl.reconcile.withdrawal import still_withdrawn, withdraw_unsafe_batches
 
 
@@ -79,6 +80,7 @@ def reconcile(
     memory: ControllerMemory | None = None,
     startup: Mapping[tuple[str, str], StartupEstimate] | None = None,
     approved: frozenset[str] = frozenset(),
+    split_terms: Mapping[str, int] | None = None,
 ) -> ReconcileResult:
     """One reconciliation tick. See the module docstring for the pipeline.
 
@@ -89,6 +91,7 @@ def reconcile(
     ``approved``: in recommend mode, the action ids of an applied saved plan; they are
     decided exactly as in automatic mode, and every other action stays a proposal
     (``not_in_applied_plan``) that spends no governor budget.
+    ``split_terms``: the coordinator term of each planned split's model (1 when absent).
     """
     approving = mode is Mode.RECOMMEND and bool(approved)
     if approving:
@@ -111,7 +114,8 @@ def reconcile(
     proposals = sorted(
         constructive_proposals(index, view, profiles, startup or {})
         + destructive_proposals(index, view, profiles, memory, startup or {})
-        + cache_proposals(plan, snapshot, profiles, policy),
+        + cache_proposals(plan, snapshot, profiles, policy)
+        + split_claim_proposals(index, view, profiles, history, split_terms or {}, now),
         key=service_key,
     )
     by_key = {action_key(p.action): p for p in live}
@@ -303,6 +307,7 @@ def _decide(
                     priority=p.priority,
                     created_at=ctx.now,
                     not_before=not_before,
+                    split_claim=p.split_claim,
                 ),
             )
         )
