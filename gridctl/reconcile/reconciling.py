@@ -7,7 +7,8 @@ One tick runs this pipeline:
    lose their pending availability work; restored commands whose host never
    re-registered lose their slot once the restart grace is over;
 2. destructive-batch withdrawal on fresh evidence (``withdrawal``);
-3. drift (``proposals``) matched against pending actions by key, so a pending
+3. drift (``proposals``, and a planned split's stage claims from ``splits``)
+   matched against pending actions by key, so a pending
    equivalent is carried instead of re-issued; undelivered pending work the
    plan no longer wants is cancelled;
 4. for new work: restart and host gates, residency guards (``guards``),
