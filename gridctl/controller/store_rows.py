@@ -146,6 +146,9 @@ def history_from_row(row: tuple[Any, ...]) -> HistoryEntry:
         finished_at=float(r["finished_at"]),
         observed_at=r["observed_at"],
         acknowledged=bool(r["acknowledged"]),
+        split_claim=action_from_json(r["body"]).split_claim
+        if r["kind"].startswith("split_")
+        else None,
     )
 
 

@@ -93,7 +93,7 @@ class Action:
     priority: int = 0
     created_at: float = 0.0
     not_before: float | None = None
-    split_claim: SplitStageClaim | None = None  # only on ``split_claim`` actions
+    split_claim: SplitStageClaim | None = None  # the claim a split step sends or stops
 
 
 @dataclass(frozen=True)

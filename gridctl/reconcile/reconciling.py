@@ -7,7 +7,7 @@ One tick runs this pipeline:
    lose their pending availability work; restored commands whose host never
    re-registered lose their slot once the restart grace is over;
 2. destructive-batch withdrawal on fresh evidence (``withdrawal``);
-3. drift (``proposals``, and a planned split's stage claims from ``splits``)
+3. drift (``proposals``; a planned split's claims and releases, ``splitsteps``)
    matched against pending actions by key, so a pending
    equivalent is carried instead of re-issued; undelivered pending work the
    plan no longer wants is cancelled;
@@ -53,7 +53,7 @@ from gridctl.reconcile.records import (
     ReconcileResult,
 )
 from gridctl.reconcile.seeding import fetched_remotely
-from gridctl.reconcile.splits import split_claim_proposals
+from gridctl.reconcile.splitsteps import split_claim_proposals, split_release_proposals
 from gridctl.reconcile.withdrawal import still_withdrawn, withdraw_unsafe_batches
 
 
@@ -81,7 +81,6 @@ def reconcile(
     memory: ControllerMemory | None = None,
     startup: Mapping[tuple[str, str], StartupEstimate] | None = None,
     approved: frozenset[str] = frozenset(),
-    split_terms: Mapping[str, int] | None = None,
 ) -> ReconcileResult:
     """One reconciliation tick. See the module docstring for the pipeline.
 
@@ -92,7 +91,6 @@ def reconcile(
     ``approved``: in recommend mode, the action ids of an applied saved plan; they are
     decided exactly as in automatic mode, and every other action stays a proposal
     (``not_in_applied_plan``) that spends no governor budget.
-    ``split_terms``: the coordinator term of each planned split's model (1 when absent).
     """
     approving = mode is Mode.RECOMMEND and bool(approved)
     if approving:
@@ -116,7 +114,8 @@ def reconcile(
         constructive_proposals(index, view, profiles, startup or {})
         + destructive_proposals(index, view, profiles, memory, startup or {})
         + cache_proposals(plan, snapshot, profiles, policy)
-        + split_claim_proposals(index, view, profiles, history, split_terms or {}, now),
+        + split_claim_proposals(index, view, profiles, history, pending, now)
+        + split_release_proposals(index, view, profiles, history),
         key=service_key,
     )
     by_key = {action_key(p.action): p for p in live}

@@ -17,32 +17,15 @@ term and ``now`` (an argument), so the same inputs give byte-identical claims:
   the term.
 - ``lease_until_unix_ms``: ``now`` plus the specification's 4-hour coordinator lease.
 
-``split_claim_proposals`` makes one ``split_claim`` step per stage host. The step's
-artifact slot holds the generation digest, so an action's identity (``identity``) is
-fixed by what the claim fences: a changed topology, manifest or term is a new action,
-and a generation whose claim last succeeded on a host is not sent there again (the
-node keeps an accepted claim across restarts). A pending claim is carried unchanged,
-with the lease it was first built with. A stage host that does not advertise
-``split_claim`` gets the step held back ``split_unsupported``.
+The steps that send these claims are ``splitsteps``.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
-from gridctl.domain import (
-    ActionKind,
-    ModelProfile,
-    SplitPlacement,
-    SplitStage,
-    SplitStageClaim,
-)
-from gridctl.reconcile.codes import BlockedCode
-from gridctl.reconcile.identity import ActionKey, entry_key
-from gridctl.reconcile.observing import FleetView
-from gridctl.reconcile.proposals import PlanIndex, Proposal
-from gridctl.reconcile.records import HistoryEntry
+from gridctl.domain import ModelProfile, SplitPlacement, SplitStage, SplitStageClaim
 
 SPLIT_LEASE_MS = 4 * 60 * 60 * 1000  # the specification's coordinator lease
 _SEPARATOR = "\x1f"
@@ -129,6 +112,21 @@ def stage_claims(
     )
 
 
+def claim_generation(claim: SplitStageClaim) -> str:
+    return generation_digest(claim.topology_hash, claim.manifest_sha256, claim.coordinator_term)
+
+
+def stop_to_json(claim: SplitStageClaim) -> dict[str, object]:
+    """The wire command's ``split_stop`` object: the coordinator's stop of ``claim``."""
+    return {
+        "model_id": claim.model_id,
+        "package_ref": claim.package_ref,
+        "manifest_sha256": claim.manifest_sha256,
+        "coordinator_id": claim.coordinator_id,
+        "coordinator_term": claim.coordinator_term,
+    }
+
+
 def claim_to_json(claim: SplitStageClaim) -> dict[str, dict[str, object]]:
     """The wire command's ``split_claim`` object (``schemas/wire/command.schema.json``)."""
     return {
@@ -151,76 +149,3 @@ def claim_to_json(claim: SplitStageClaim) -> dict[str, dict[str, object]]:
             "layer_end": claim.layer_end,
         },
     }
-
-
-SPLIT_CAPABILITY = "split_claim"  # the actuator verb a stage host advertises
-
-
-def claimed_generations(history: Iterable[HistoryEntry]) -> frozenset[ActionKey]:
-    """``split_claim`` keys whose newest finished attempt succeeded."""
-    newest: dict[ActionKey, HistoryEntry] = {}
-    for entry in history:
-        if entry.kind is not ActionKind.SPLIT_CLAIM:
-            continue
-        key = entry_key(entry)
-        held = newest.get(key)
-        if held is None or entry.attempt > held.attempt:
-            newest[key] = entry
-    return frozenset(key for key, entry in newest.items() if entry.succeeded)
-
-
-def _stage_block(view: FleetView, host_id: str) -> BlockedCode | None:
-    if not view.admits_new_work(host_id):
-        return BlockedCode.HOST_UNAVAILABLE
-    host = view.host(host_id)
-    if host is None or SPLIT_CAPABILITY not in host.capabilities:
-        return BlockedCode.SPLIT_UNSUPPORTED
-    return None
-
-
-def split_claim_proposals(
-    index: PlanIndex,
-    view: FleetView,
-    profiles: Mapping[str, ModelProfile],
-    history: Iterable[HistoryEntry],
-    terms: Mapping[str, int],
-    now: float,
-) -> list[Proposal]:
-    """One ``split_claim`` per stage host of each planned split not yet claimed there.
-
-    ``terms``: the controller's current coordinator term per model (1 when absent).
-    """
-    claimed = claimed_generations(history)
-    proposals: list[Proposal] = []
-    for placement in sorted(index.plan.splits, key=lambda s: s.model_id):
-        profile = profiles.get(placement.model_id)
-        if profile is None:
-            continue  # retired or unknown: nothing to claim
-        term = terms.get(placement.model_id, 1)
-        claims = stage_claims(placement, profile, term, now)
-        generation = generation_digest(claims[0].topology_hash, claims[0].manifest_sha256, term)
-        for stage, claim in zip(placement.stages, claims, strict=True):
-            key = ActionKey(ActionKind.SPLIT_CLAIM, stage.host_id, placement.model_id, generation)
-            if key in claimed:
-                continue
-            proposals.append(
-                Proposal(
-                    kind=ActionKind.SPLIT_CLAIM,
-                    host_id=stage.host_id,
-                    model_id=placement.model_id,
-                    artifact_sha256=generation,
-                    memory_mb=stage.memory_mb,
-                    runtime=placement.runtime,
-                    reason=(
-                        f"claim stage {claim.stage_index + 1} of {claim.stage_count} "
-                        f"(layers {stage.layer_start}-{stage.layer_end - 1}) of the split of "
-                        f"{placement.model_id}, coordinator {placement.coordinator_host_id}, "
-                        f"term {term}"
-                    ),
-                    priority=placement.priority,
-                    demand_class=placement.demand_class,
-                    blocked=_stage_block(view, stage.host_id),
-                    split_claim=claim,
-                )
-            )
-    return proposals

@@ -28,10 +28,9 @@ from gridctl.reconcile import (
     PendingAction,
     command_to_json,
     derive_action_id,
-    reconcile,
 )
 from gridctl.reconcile.splits import generation_digest, stage_claims
-from tests.reconcile.builders import NOW, SHA_A, fleet, host, plan, policy, run
+from tests.reconcile.builders import NOW, SHA_A, fleet, host, plan, run
 
 GENERATION = "0" * 16 + ":" + "0" * 20 + ":" + "d" * 16
 SPLIT_VERBS = ("load", "warm", "drain", "unload", "split_claim", "split_release")
@@ -144,6 +143,7 @@ def _succeeded(action: Action, at: float) -> HistoryEntry:
         attempt=action.attempt,
         status=ReceiptStatus.SUCCEEDED,
         finished_at=at,
+        split_claim=action.split_claim,
     )
 
 
@@ -159,28 +159,76 @@ def test_a_claim_that_succeeded_is_not_sent_again_until_the_split_changes() -> N
     assert [a.host_id for a in claims_of(moved.actions) if a.executable] == ["a", "b", "c"]
 
 
-def test_a_new_term_is_a_new_claim_on_every_stage() -> None:
-    snapshot = fleet(stage_host("a"), stage_host("b"))
-    two = split_plan(("a", 0, 15), ("b", 15, 30))
-    first = run(two, snapshot, {"big": big()})
+def test_a_re_formed_split_claims_every_stage_under_the_next_term() -> None:
+    hosts = [stage_host(h, seen=NOW + 59) for h in "abc"]
+    snapshot = fleet(*hosts, now=NOW + 60)
+    first = run(split_plan(("a", 0, 15), ("b", 15, 30)), snapshot, {"big": big()})
     history = [_succeeded(a, NOW + 1) for a in claims_of(first.actions)]
-    renewed = reconcile(
-        two,
+    moved = run(split_plan(*THREE), snapshot, {"big": big()}, history=history, now=NOW + 60)
+    claims = claims_of(moved.actions)
+    terms = [(a.host_id, a.split_claim.coordinator_term) for a in claims if a.split_claim]
+    assert terms == [("a", 2), ("b", 2), ("c", 2)]
+    assert {a.action_id for a in claims}.isdisjoint(a.action_id for a in claims_of(first.actions))
+    # the same split planned again keeps its term: nothing new for it
+    after = [*history, *(_succeeded(a, NOW + 61) for a in claims)]
+    again = run(split_plan(*THREE), snapshot, {"big": big()}, history=after, now=NOW + 120)
+    assert claims_of(again.actions) == []
+
+
+def releases_of(actions: tuple[Action, ...]) -> list[Action]:
+    return sorted(
+        (a for a in actions if a.kind is ActionKind.SPLIT_RELEASE), key=lambda a: a.host_id
+    )
+
+
+def test_a_host_the_split_left_is_sent_a_stop_of_its_accepted_claim() -> None:
+    hosts = [stage_host(h, seen=NOW + 59) for h in "abc"]
+    snapshot = fleet(*hosts, now=NOW + 60)
+    first = run(split_plan(*THREE), snapshot, {"big": big()})
+    history = [_succeeded(a, NOW + 1) for a in claims_of(first.actions)]
+    shrunk = run(
+        split_plan(("a", 0, 15), ("b", 15, 30)),
         snapshot,
         {"big": big()},
-        policy(),
-        policy().mode,
-        (),
-        history,
-        NOW + 60,
-        split_terms={"big": 2},
+        history=history,
+        now=NOW + 60,
     )
-    claims = claims_of(renewed.actions)
-    assert [(a.host_id, a.split_claim.coordinator_term) for a in claims if a.split_claim] == [
-        ("a", 2),
-        ("b", 2),
+    (release,) = releases_of(shrunk.actions)
+    assert (release.host_id, release.executable) == ("c", True)
+    command = wire(release)
+    assert list(validator("wire/command.schema.json").iter_errors(command)) == []
+    assert command["split_stop"] == {
+        "model_id": "big",
+        "package_ref": SHA_A,
+        "manifest_sha256": SHA_A,
+        "coordinator_id": "a",
+        "coordinator_term": 1,
+    }
+    assert "split_claim" not in command
+    stopped = [*history, _succeeded(release, NOW + 61)]
+    later = run(
+        split_plan(("a", 0, 15), ("b", 15, 30)),
+        snapshot,
+        {"big": big()},
+        history=stopped,
+        now=NOW + 120,
+    )
+    assert releases_of(later.actions) == []
+
+
+def test_a_split_that_left_the_plan_stops_every_accepted_stage() -> None:
+    hosts = [stage_host(h, seen=NOW + 59) for h in "abc"]
+    snapshot = fleet(*hosts, now=NOW + 60)
+    first = run(split_plan(*THREE), snapshot, {"big": big()})
+    history = [_succeeded(a, NOW + 1) for a in claims_of(first.actions)]
+    history[2] = replace(history[2], status=ReceiptStatus.REJECTED)  # c never accepted
+    gone = run(plan(), snapshot, {"big": big()}, history=history, now=NOW + 60)
+    assert [(a.host_id, a.executable) for a in releases_of(gone.actions)] == [
+        ("a", True),
+        ("b", True),
     ]
-    assert {a.action_id for a in claims}.isdisjoint(a.action_id for a in claims_of(first.actions))
+    retired = run(plan(), snapshot, {}, history=history, now=NOW + 60)
+    assert [a.host_id for a in releases_of(retired.actions)] == ["a", "b"]
 
 
 def test_a_split_no_longer_planned_cancels_its_undelivered_claims() -> None:
@@ -196,7 +244,7 @@ def test_other_kinds_keep_their_ids_and_wire_shape() -> None:
         ActionKey(ActionKind.LOAD, "a", "m", SHA_A), 0
     )
     load = Action(derive_action_id(key, 0), ActionKind.LOAD, "a", "m", artifact_sha256=SHA_A)
-    assert "split_claim" not in wire(load)
+    assert "split_claim" not in wire(load) and "split_stop" not in wire(load)
     assert ActionKind.SPLIT_RELEASE.destructive and not ActionKind.SPLIT_CLAIM.destructive
 
 
