@@ -3,7 +3,9 @@
 The real controller in process, simulated nodes whose split commands go to a real
 ``StageHost`` each (own state store, own fleet identity, a real stage server and TLS
 tunnel on loopback): after a tick every stage host accepts its own stage, runs exactly
-one stage server for it, and the controller records the claims as succeeded.
+one stage server for it, and the controller records the claims as succeeded. When the
+model's profile is removed, each stage host is sent a ``split_release`` of its claim's
+term and its stage server stops.
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ async def test_every_stage_host_accepts_its_stage_and_serves_it(
             plan = service.controller.view.plan
             assert plan is not None
             (split,) = plan.splits
+            by_host = {n.host_id: n for n in nodes}
             for index, stage in enumerate(split.stages):
                 running = list(stage_hosts[stage.host_id].running().values())
                 assert len(running) == 1, stage.host_id
@@ -103,5 +106,31 @@ async def test_every_stage_host_accepts_its_stage_and_serves_it(
             assert {statuses.get(a) for a in delivered} == {ReceiptStatus.SUCCEEDED}
             for host_id in set(HOSTS) - {s.host_id for s in split.stages}:
                 assert stage_hosts[host_id].running() == {}
+            pids = [r.server.pid for h in HOSTS for r in stage_hosts[h].running().values()]
+
+            (tmp_path / "policies" / "big.yaml").unlink()
+            service.source.reload()
+            for _ in range(6):  # past the mutation cooldown after the claims
+                clock.now += 5
+                await converge(service, nodes, rounds=2)
+            releases = {
+                s.host_id: [c for c in by_host[s.host_id].executed if c["kind"] == "split_release"]
+                for s in split.stages
+            }
+            for host_id, sent in releases.items():
+                assert len(sent) == 1, host_id
+                assert sent[0]["split_stop"]["coordinator_term"] == 1
+                assert stage_hosts[host_id].running() == {}
+            released = {
+                e.action_id: e.status
+                for e in service.store.history()
+                if e.kind is ActionKind.SPLIT_RELEASE
+            }
+            assert {released.get(c[0]["action_id"]) for c in releases.values()} == {
+                ReceiptStatus.SUCCEEDED
+            }
+            assert not any(
+                psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in pids
+            )
     finally:
         service.stop_ticking()
