@@ -130,3 +130,7 @@ async def test_hosts_that_do_not_advertise_split_claim_get_no_claim(service: Any
             (a.host_id, a.blocked) for a in result.actions if a.kind is ActionKind.SPLIT_CLAIM
         }
         assert blocked == {(s.host_id, "split_unsupported") for s in plan.splits[0].stages}
+        status = (await client.get("/allocator/status")).json()
+        assert list(validator("wire/status.schema.json").iter_errors(status)) == []
+        shown = [a for a in status["reconciliation"]["actions"] if a["kind"] == "split_claim"]
+        assert {a["blocked"] for a in shown} == {"split_unsupported"}
