@@ -33,6 +33,8 @@ GLOSSARY: dict[str, tuple[type[StrEnum], dict[str, str]]] = {
             "minimum_residency": "the replica was loaded too recently to be moved again",
             "in_place_replacement": "an old revision still occupies the host; it leaves first",
             "host_unavailable": "the host is missing, stale, or not admitting new work",
+            "split_unsupported": "a stage host of the split does not advertise split_claim "
+            "(no RPC engine build, fleet identity or advertised address)",
             "mutation_cooldown": "this model changed recently; the cooldown prevents churn",
             "failure_backoff": "the last attempt failed; waiting before trying again",
             "awaiting_observation": "waiting for a heartbeat newer than the last success",

@@ -12,7 +12,14 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from gridctl.controller.stores import Transaction
-from gridctl.domain import Action, ActionKind, DemandClass, Receipt, ReceiptStatus
+from gridctl.domain import (
+    Action,
+    ActionKind,
+    DemandClass,
+    Receipt,
+    ReceiptStatus,
+    SplitStageClaim,
+)
 from gridctl.reconcile import (
     AckDecision,
     ControllerMemory,
@@ -68,6 +75,8 @@ def action_json(action: Action) -> str:
     data = asdict(action)
     data["kind"] = action.kind.value
     data["depends_on"] = list(action.depends_on)
+    if data["split_claim"] is None:
+        del data["split_claim"]  # the stored body of every other action is as it was
     return json.dumps(data, sort_keys=True)
 
 
@@ -75,6 +84,9 @@ def action_from_json(text: str) -> Action:
     data: dict[str, Any] = json.loads(text)
     data["kind"] = ActionKind(data["kind"])
     data["depends_on"] = tuple(data.get("depends_on", ()))
+    claim = data.get("split_claim")
+    if claim is not None:
+        data["split_claim"] = SplitStageClaim(**claim)
     return Action(**data)
 
 
@@ -134,6 +146,9 @@ def history_from_row(row: tuple[Any, ...]) -> HistoryEntry:
         finished_at=float(r["finished_at"]),
         observed_at=r["observed_at"],
         acknowledged=bool(r["acknowledged"]),
+        split_claim=action_from_json(r["body"]).split_claim
+        if r["kind"].startswith("split_")
+        else None,
     )
 
 

@@ -1,6 +1,6 @@
 """Frozen value types shared by the pure core and the shell around it (no I/O)."""
 
-from gridctl.domain.actions import Action, ActionKind, Receipt, ReceiptStatus
+from gridctl.domain.actions import Action, ActionKind, Receipt, ReceiptStatus, SplitStageClaim
 from gridctl.domain.desired import DesiredState, Fleet
 from gridctl.domain.fleet import (
     ALL_DATA_TIERS,
@@ -70,6 +70,7 @@ __all__ = [
     "SplitPlacement",
     "SplitPolicy",
     "SplitStage",
+    "SplitStageClaim",
     "Unsatisfied",
     "UnsatisfiedCode",
     "Workload",

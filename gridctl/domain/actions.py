@@ -12,10 +12,22 @@ class ActionKind(StrEnum):
     DRAIN = "drain"  # stop routing new requests
     UNLOAD = "unload"  # release memory once drained and idle
     EVICT = "evict"  # delete an unused predictive cache entry
+    SPLIT_CLAIM = "split_claim"  # a coordinator's claim on one stage host of a split
+    SPLIT_RELEASE = "split_release"  # the coordinator's stop of one stage host
 
     @property
     def destructive(self) -> bool:
-        return self in (ActionKind.DRAIN, ActionKind.UNLOAD, ActionKind.EVICT)
+        return self in (
+            ActionKind.DRAIN,
+            ActionKind.UNLOAD,
+            ActionKind.EVICT,
+            ActionKind.SPLIT_RELEASE,
+        )
+
+    @property
+    def splits(self) -> bool:
+        """A step of a split's claim protocol rather than of a single-host residency."""
+        return self in (ActionKind.SPLIT_CLAIM, ActionKind.SPLIT_RELEASE)
 
 
 class ReceiptStatus(StrEnum):
@@ -34,6 +46,31 @@ class ReceiptStatus(StrEnum):
             ReceiptStatus.REJECTED,
             ReceiptStatus.CANCELLED,
         )
+
+
+@dataclass(frozen=True)
+class SplitStageClaim:
+    """A coordinator's claim on one stage host, as ``split_claim`` carries it on the wire.
+
+    The claim half is the same on every stage of one split generation (keyed by
+    model, package and manifest; fenced by term, topology and participant hashes and
+    a lease); the stage half is this host's position and half-open layer range.
+    """
+
+    model_id: str
+    package_ref: str
+    manifest_sha256: str
+    coordinator_id: str
+    coordinator_term: int
+    topology_id: str
+    run_id: str
+    participant_set_hash: str
+    topology_hash: str
+    lease_until_unix_ms: int
+    stage_index: int
+    stage_count: int
+    layer_start: int
+    layer_end: int
 
 
 @dataclass(frozen=True)
@@ -56,6 +93,7 @@ class Action:
     priority: int = 0
     created_at: float = 0.0
     not_before: float | None = None
+    split_claim: SplitStageClaim | None = None  # the claim a split step sends or stops
 
 
 @dataclass(frozen=True)

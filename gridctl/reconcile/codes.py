@@ -23,6 +23,7 @@ class BlockedCode(StrEnum):
     MINIMUM_RESIDENCY = "minimum_residency"
     IN_PLACE_REPLACEMENT = "in_place_replacement"  # an old revision still occupies the host
     HOST_UNAVAILABLE = "host_unavailable"  # missing, stale or not admitting new work
+    SPLIT_UNSUPPORTED = "split_unsupported"  # a stage host does not advertise split_claim
     # churn suppression (invariant 8)
     MUTATION_COOLDOWN = "mutation_cooldown"
     FAILURE_BACKOFF = "failure_backoff"

@@ -42,6 +42,8 @@ _KIND_RANK = {
     ActionKind.UNLOAD: 2,
     ActionKind.DRAIN: 3,
     ActionKind.EVICT: 4,
+    ActionKind.SPLIT_CLAIM: 5,
+    ActionKind.SPLIT_RELEASE: 6,
 }
 
 ServiceClass = tuple[int, int, int]

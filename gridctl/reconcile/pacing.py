@@ -73,6 +73,8 @@ class HistoryIndex:
 
 
 def _shows_starting_state(p: Proposal, view: FleetView) -> bool:
+    if p.kind.splits:
+        return True  # a stage claim leaves no residency row: its receipt is the evidence
     sha = view.wanted_sha(p.model_id) if p.artifact_sha256 is None else p.artifact_sha256
     states = {
         r.state

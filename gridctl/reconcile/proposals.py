@@ -28,6 +28,7 @@ from gridctl.domain import (
     Preemption,
     Residency,
     ResidencyState,
+    SplitStageClaim,
 )
 from gridctl.reconcile.codes import BlockedCode
 from gridctl.reconcile.identity import ActionKey
@@ -64,6 +65,7 @@ class Proposal:
     beneficiary: str | None = None
     dependency: ActionKey | None = None
     blocked: BlockedCode | None = None
+    split_claim: SplitStageClaim | None = None  # the claim a ``split_claim`` step sends
 
     @property
     def key(self) -> ActionKey:

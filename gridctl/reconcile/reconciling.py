@@ -7,7 +7,8 @@ One tick runs this pipeline:
    lose their pending availability work; restored commands whose host never
    re-registered lose their slot once the restart grace is over;
 2. destructive-batch withdrawal on fresh evidence (``withdrawal``);
-3. drift (``proposals``) matched against pending actions by key, so a pending
+3. drift (``proposals``; a planned split's claims and releases, ``splitsteps``)
+   matched against pending actions by key, so a pending
    equivalent is carried instead of re-issued; undelivered pending work the
    plan no longer wants is cancelled;
 4. for new work: restart and host gates, residency guards (``guards``),
@@ -52,6 +53,7 @@ from gridctl.reconcile.records import (
     ReconcileResult,
 )
 from gridctl.reconcile.seeding import fetched_remotely
+from gridctl.reconcile.splitsteps import split_claim_proposals, split_release_proposals
 from gridctl.reconcile.withdrawal import still_withdrawn, withdraw_unsafe_batches
 
 
@@ -111,7 +113,9 @@ def reconcile(
     proposals = sorted(
         constructive_proposals(index, view, profiles, startup or {})
         + destructive_proposals(index, view, profiles, memory, startup or {})
-        + cache_proposals(plan, snapshot, profiles, policy),
+        + cache_proposals(plan, snapshot, profiles, policy)
+        + split_claim_proposals(index, view, profiles, history, pending, now)
+        + split_release_proposals(index, view, profiles, history),
         key=service_key,
     )
     by_key = {action_key(p.action): p for p in live}
@@ -303,6 +307,7 @@ def _decide(
                     priority=p.priority,
                     created_at=ctx.now,
                     not_before=not_before,
+                    split_claim=p.split_claim,
                 ),
             )
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gridctl.domain import Action, ActionKind, DemandClass, ReceiptStatus
+from gridctl.domain import Action, ActionKind, DemandClass, ReceiptStatus, SplitStageClaim
 from gridctl.reconcile.codes import CancelReason
 
 
@@ -52,6 +52,7 @@ class HistoryEntry:
     finished_at: float
     observed_at: float | None = None
     acknowledged: bool = True
+    split_claim: SplitStageClaim | None = None  # what a split step claimed or released
 
     @property
     def succeeded(self) -> bool:

@@ -16,6 +16,7 @@ from gridctl.errors import WireError
 from gridctl.reconcile.caching import PREFETCH_REASON
 from gridctl.reconcile.identity import ActionKey, derive_action_id
 from gridctl.reconcile.records import HistoryEntry, PendingAction
+from gridctl.reconcile.splits import claim_to_json, stop_to_json
 
 
 def action_to_json(action: Action) -> dict[str, Any]:
@@ -45,8 +46,10 @@ def command_to_json(
     controller_id: str | None,
     controller_lease_expires_at: float | None,
 ) -> dict[str, Any]:
-    """A wire command (``schemas/wire/command.schema.json``) for one action."""
-    return {
+    """A wire command (``schemas/wire/command.schema.json``) for one action; a
+    ``split_claim`` also carries its claim and stage as ``split_claim``, a
+    ``split_release`` the claim it stops as ``split_stop``."""
+    command: dict[str, Any] = {
         "action_id": action.action_id,
         "kind": action.kind.value,
         "node_id": action.host_id,
@@ -65,6 +68,11 @@ def command_to_json(
         "not_before": action.not_before,
         "prefetch": action.kind is ActionKind.LOAD and action.reason.startswith(PREFETCH_REASON),
     }
+    if action.split_claim is not None and action.kind is ActionKind.SPLIT_CLAIM:
+        command["split_claim"] = claim_to_json(action.split_claim)
+    if action.split_claim is not None and action.kind is ActionKind.SPLIT_RELEASE:
+        command["split_stop"] = stop_to_json(action.split_claim)
+    return command
 
 
 def _field(row: Mapping[str, Any], name: str, pointer: str) -> Any:

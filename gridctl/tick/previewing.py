@@ -45,7 +45,7 @@ INPUT_NAMES = (
     "telemetry",
 )
 HISTORY_LINES = 24
-DESTRUCTIVE = ("drain", "unload", "evict")
+DESTRUCTIVE = ("drain", "unload", "evict", "split_release")
 RETIRED_REASON = "profile removed"
 
 
@@ -172,7 +172,8 @@ def inputs_record(lines: Mapping[str, list[str]]) -> dict[str, Any]:
 
 
 def destroys(actions: Iterable[Action], tombstoned: Iterable[str]) -> list[dict[str, Any]]:
-    """Drain/unload/evict work grouped per (model, host), in service order, with why."""
+    """Drain/unload/evict/split_release work grouped per (model, host), in service order,
+    with why."""
     retired = set(tombstoned)
     grouped: dict[tuple[str, str], dict[str, Any]] = {}
     for a in actions:

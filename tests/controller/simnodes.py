@@ -2,6 +2,9 @@
 
 It executes commands instantly (load -> cached, warm -> ready with an endpoint,
 drain -> draining, unload -> gone) and acknowledges them on the next heartbeat.
+Split commands (``split_claim``, ``split_release``) are answered by the node's own
+``run_split_command`` over ``stages`` (a real ``StageHost``, or ``None``: the node's
+``no_stage_host`` refusal); ``stage_verbs`` makes the node advertise them.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from gridctl.credentials import issue_node_credential, load_or_create_signing_key
+from gridctl.node.stagecommands import SPLIT_KINDS, run_split_command
 
 if TYPE_CHECKING:
     from gridctl.controller.serving import ControllerService
@@ -157,6 +161,8 @@ class SimNode:
     executed: list[dict[str, Any]] = field(default_factory=list)
     bad_row: bool = False
     engine_url: str | None = None  # a real engine serving every model here (else a mock's)
+    stage_verbs: bool = False  # advertise split_claim / split_release
+    stages: Any = None  # a real ``StageHost`` answering split commands (None: no_stage_host)
 
     @classmethod
     def for_controller(
@@ -202,7 +208,8 @@ class SimNode:
                 {"model_id": m, "artifact_sha256": s} for m, s in sorted(self.cached.items())
             ],
             "residencies": rows,
-            "actuator_capabilities": ["load", "warm", "drain", "unload"],
+            "actuator_capabilities": ["load", "warm", "drain", "unload"]
+            + (list(SPLIT_KINDS) if self.stage_verbs else []),
             "engine_api_key": f"engine-key-{self.host_id}",
         }
 
@@ -249,6 +256,14 @@ class SimNode:
             return  # a re-delivered command is harmless
         self.executed.append(command)
         kind, model = command["kind"], command["model_id"]
+        if kind in SPLIT_KINDS:
+            answer = run_split_command(self.stages, command, int(self.clock() * 1000))
+            ack = {"action_id": command["action_id"], "status": answer.status}
+            ack["message"] = answer.message
+            if answer.reason:
+                ack["reason"] = answer.reason
+            self.acks.append(ack)
+            return
         sha = command.get("artifact_sha256")
         if kind == "load":
             self.cached[model] = sha
