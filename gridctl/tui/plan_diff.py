@@ -195,7 +195,7 @@ def plan_lines(
     for (host, model), labels in sorted(by_pair.items()):
         if (host, model) not in covered:
             kinds = {label.split(" ", 1)[0] for label in labels}
-            sign = "-" if kinds & {"drain", "unload", "evict"} else "~"
+            sign = "-" if kinds & {"drain", "unload", "evict", "split_release"} else "~"
             add(sign, model, host, "reconcile", "action without a plan change")
     lines.sort(key=lambda line: (SIGN_ORDER[line.sign], line.model_id, line.host_id or ""))
     return tuple(lines)

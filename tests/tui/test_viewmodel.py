@@ -153,3 +153,13 @@ def test_a_plan_without_host_rows_explains_with_the_folded_hosts() -> None:
         "  x 3 hosts: data_tier (not trusted), e.g. lap-1",
         "    1 host: not evaluated, e.g. gpu-b",
     )
+
+
+def test_a_split_release_is_shown_as_a_removal_and_a_claim_as_a_change() -> None:
+    plan = {"assignments": [], "preemptions": [], "unsatisfied": [], "explanations": {}}
+    actions = [
+        {"kind": "split_release", "host_id": "gpu-a", "model_id": "big", "executable": True},
+        {"kind": "split_claim", "host_id": "gpu-b", "model_id": "big", "executable": True},
+    ]
+    signs = {(line.host_id, line.sign) for line in plan_lines(plan, [], actions)}
+    assert signs == {("gpu-a", "-"), ("gpu-b", "~")}
