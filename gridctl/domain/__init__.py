@@ -1,6 +1,14 @@
 """Frozen value types shared by the pure core and the shell around it (no I/O)."""
 
-from gridctl.domain.actions import Action, ActionKind, Receipt, ReceiptStatus, SplitStageClaim
+from gridctl.domain.actions import (
+    Action,
+    ActionKind,
+    Receipt,
+    ReceiptStatus,
+    SplitServe,
+    SplitServeStage,
+    SplitStageClaim,
+)
 from gridctl.domain.desired import DesiredState, Fleet
 from gridctl.domain.fleet import (
     ALL_DATA_TIERS,
@@ -11,6 +19,7 @@ from gridctl.domain.fleet import (
     HostSpec,
     LearnedOnHost,
     ModelDemand,
+    ObservedStage,
     Residency,
 )
 from gridctl.domain.plans import (
@@ -59,6 +68,7 @@ __all__ = [
     "ModelDemand",
     "ModelExplanation",
     "ModelProfile",
+    "ObservedStage",
     "Ownership",
     "Plan",
     "Preemption",
@@ -69,6 +79,8 @@ __all__ = [
     "ScoreComponent",
     "SplitPlacement",
     "SplitPolicy",
+    "SplitServe",
+    "SplitServeStage",
     "SplitStage",
     "SplitStageClaim",
     "Unsatisfied",

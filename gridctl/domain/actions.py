@@ -74,6 +74,33 @@ class SplitStageClaim:
 
 
 @dataclass(frozen=True)
+class SplitServeStage:
+    """One stage a split's coordinator engine reaches: its host, the address of its
+    TLS tunnel (``host:port``, as the stage host reports it) and its layer range."""
+
+    host_id: str
+    endpoint: str
+    layer_start: int
+    layer_end: int
+
+
+@dataclass(frozen=True)
+class SplitServe:
+    """What a coordinator's warm carries (the wire's ``split_serve``): the generation it
+    serves, fenced by the coordinator host's own accepted claim, and every stage in
+    order."""
+
+    model_id: str
+    package_ref: str
+    manifest_sha256: str
+    coordinator_id: str
+    coordinator_term: int
+    topology_id: str
+    run_id: str
+    stages: tuple[SplitServeStage, ...]
+
+
+@dataclass(frozen=True)
 class Action:
     """One proposed lifecycle step. ``action_id`` is derived from kind, host, model,
     artifact and attempt, so an equivalent pending action keeps its identity across ticks."""
@@ -94,6 +121,7 @@ class Action:
     created_at: float = 0.0
     not_before: float | None = None
     split_claim: SplitStageClaim | None = None  # the claim a split step sends or stops
+    split_serve: SplitServe | None = None  # a split coordinator's warm: stages to reach
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gridctl.domain.profiles import CANONICAL_OMIT_NONE
 from gridctl.domain.states import DataTier, HostState, Ownership, ResidencyState
 
 ALL_DATA_TIERS: tuple[DataTier, ...] = tuple(DataTier)
@@ -60,6 +61,9 @@ class Residency:
     # a ready single-model engine's live batch width (its slots); None = not reported, or
     # a multi-model engine, whose shared node-wide limit is never credited to one model
     max_concurrency: int | None = None
+    # the engine coordinates a split of the model under this coordinator term (its
+    # layers are on the stage hosts, ``ObservedStage``); None = a whole replica
+    split_term: int | None = field(default=None, metadata=CANONICAL_OMIT_NONE)
 
     @property
     def actuatable(self) -> bool:
@@ -109,6 +113,21 @@ class LearnedOnHost:
 
 
 @dataclass(frozen=True)
+class ObservedStage:
+    """A split stage a host reports serving under an accepted coordinator claim, and
+    where the coordinator's engine reaches it (the stage's TLS tunnel, ``host:port``)."""
+
+    model_id: str
+    coordinator_id: str
+    coordinator_term: int
+    stage_index: int
+    stage_count: int
+    layer_start: int
+    layer_end: int
+    endpoint: str
+
+
+@dataclass(frozen=True)
 class HostSnapshot:
     """The controller's latest view of one host."""
 
@@ -122,6 +141,10 @@ class HostSnapshot:
     kind: str = "managed"
     capabilities: tuple[str, ...] = ()  # actuator verbs the node advertised (load, evict, ...)
     learned: tuple[LearnedOnHost, ...] = ()  # per model, from timings and measured speed
+    # the split stages it serves now; None = none (left out of the canonical text)
+    split_stages: tuple[ObservedStage, ...] | None = field(
+        default=None, metadata=CANONICAL_OMIT_NONE
+    )
 
 
 @dataclass(frozen=True)

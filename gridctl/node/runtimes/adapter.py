@@ -76,6 +76,10 @@ class LaunchOptions:
 
     chat_template: str | None = None  # a built-in template name the engine knows
     embeddings: bool = False  # the child serves /v1/embeddings
+    # a split's coordinator: the loopback ``host:port`` of each stage's forwarder, in
+    # stage order, and each stage's layer count (its share of the offloaded layers)
+    rpc_servers: tuple[str, ...] = ()
+    tensor_split: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
