@@ -18,6 +18,8 @@ from gridctl.domain import (
     DemandClass,
     Receipt,
     ReceiptStatus,
+    SplitServe,
+    SplitServeStage,
     SplitStageClaim,
 )
 from gridctl.reconcile import (
@@ -75,8 +77,9 @@ def action_json(action: Action) -> str:
     data = asdict(action)
     data["kind"] = action.kind.value
     data["depends_on"] = list(action.depends_on)
-    if data["split_claim"] is None:
-        del data["split_claim"]  # the stored body of every other action is as it was
+    for name in ("split_claim", "split_serve"):
+        if data[name] is None:
+            del data[name]  # the stored body of every other action is as it was
     return json.dumps(data, sort_keys=True)
 
 
@@ -87,6 +90,10 @@ def action_from_json(text: str) -> Action:
     claim = data.get("split_claim")
     if claim is not None:
         data["split_claim"] = SplitStageClaim(**claim)
+    serve = data.get("split_serve")
+    if serve is not None:
+        stages = tuple(SplitServeStage(**s) for s in serve.pop("stages"))
+        data["split_serve"] = SplitServe(**serve, stages=stages)
     return Action(**data)
 
 

@@ -32,7 +32,7 @@ from gridctl.planner.placers import SingleHostPlacer
 from gridctl.planner.rounds import place_pins, place_rounds
 from gridctl.planner.scoring import forget_roundings
 from gridctl.planner.seeding import seed_incumbents
-from gridctl.planner.splits import place_splits
+from gridctl.planner.splits import place_splits, without_split_coordinators
 from gridctl.planner.startup_paths import start_seconds
 from gridctl.planner.targets import FleetFacts, replica_target
 from gridctl.planner.workspace import Workspace
@@ -60,7 +60,7 @@ def plan_placement(
     policy = policy or ControllerPolicy()
     forget_roundings()
     digest = input_digest(profiles, snapshot, policy, texts)
-    ws = Workspace(profiles, snapshot, policy, indexes)
+    ws = Workspace(profiles, without_split_coordinators(snapshot), policy, indexes)
     set_targets(ws)
     ws.build_scarcity()
     seed_incumbents(ws)

@@ -30,15 +30,20 @@ Rules, kept deliberately simple:
   cache included, so it is the model's weight bytes for the planner and the
   per-token KV cost is zero: the selected context is the native one.
 
-Nothing acts on a split yet: the reconciler issues no commands for it (the plan
-and its explanation show it). Pure: no I/O, no clock; hosts and models are taken
-in sorted order, so equal inputs give equal splits.
+A split's coordinator engine, once running (a residency with ``split_term``), is not
+a replica of its own to placement (``without_split_coordinators``).
+
+Pure: no I/O, no clock; hosts and models are taken in sorted order, so equal inputs
+give equal splits.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gridctl.domain import (
     DEFAULT_RUNTIME,
+    FleetSnapshot,
     SplitPlacement,
     SplitStage,
     UnsatisfiedCode,
@@ -50,6 +55,23 @@ from gridctl.split import ModelShape, PlannerNode, PlanRejection, PlanRequest, p
 
 MIB = 1024 * 1024  # the planner's MB, as bytes for the split planner
 _CAPACITY = UnsatisfiedCode.INSUFFICIENT_CAPACITY
+
+
+def without_split_coordinators(snapshot: FleetSnapshot) -> FleetSnapshot:
+    """The fleet as placement sees it: a split's coordinator engine (a residency with
+    ``split_term``) is part of its split, not a whole replica on its host. Its layers,
+    and their memory, are on the stages the split charges, so it is neither an incumbent
+    replica nor memory of its own; the reconciler keeps or stops it with the split
+    (``reconcile.splitserve``). The same snapshot comes back when there is none."""
+    if not any(r.split_term is not None for h in snapshot.hosts for r in h.residencies):
+        return snapshot
+    hosts = tuple(
+        replace(h, residencies=tuple(r for r in h.residencies if r.split_term is None))
+        if any(r.split_term is not None for r in h.residencies)
+        else h
+        for h in snapshot.hosts
+    )
+    return replace(snapshot, hosts=hosts)
 
 
 def place_splits(ws: Workspace) -> None:

@@ -11,6 +11,10 @@
 * minimum_residency — a replica is not drained before its profile's minimum
   residency has elapsed since it was loaded.
 
+A residency that cannot serve whatever the plan says (``Proposal.cannot_serve``: a
+split's coordinator engine whose split is no longer whole) keeps nothing available,
+so neither drain guard holds it back; requests in flight still hold its unload.
+
 Each check returns a code and, when the block ends at a known time, that time.
 """
 
@@ -78,7 +82,7 @@ def destructive_safety(
 ) -> Block | None:
     """The first residency guard that holds ``p`` back, if any."""
     residency = p.residency
-    if p.kind is ActionKind.DRAIN:
+    if p.kind is ActionKind.DRAIN and not p.cannot_serve:
         floor = drain_floor(p.model_id, p.host_id, index, profiles)
         code = replacement_block(p.model_id, p.host_id, index, view, floor)
         if code is not None:

@@ -28,6 +28,7 @@ from gridctl.domain import (
     Preemption,
     Residency,
     ResidencyState,
+    SplitServe,
     SplitStageClaim,
 )
 from gridctl.reconcile.codes import BlockedCode
@@ -66,6 +67,10 @@ class Proposal:
     dependency: ActionKey | None = None
     blocked: BlockedCode | None = None
     split_claim: SplitStageClaim | None = None  # the claim a ``split_claim`` step sends
+    split_serve: SplitServe | None = None  # what a split coordinator's ``warm`` serves
+    # the residency cannot serve whatever the plan says (a split that is not whole): no
+    # availability guard keeps it, since it keeps nothing available
+    cannot_serve: bool = False
 
     @property
     def key(self) -> ActionKey:
@@ -291,6 +296,8 @@ def destructive_proposals(
         for r in sorted(host.residencies, key=lambda r: (r.model_id, r.state, r.memory_mb)):
             if not r.actuatable:
                 continue  # ownership: never actuated by gridctl
+            if r.split_term is not None:
+                continue  # a split's coordinator engine: ``splitserve`` decides
             profile = profiles.get(r.model_id)
             tombstone = memory.tombstone(r.model_id)
             if profile is None and tombstone is None:

@@ -7,7 +7,8 @@ One tick runs this pipeline:
    lose their pending availability work; restored commands whose host never
    re-registered lose their slot once the restart grace is over;
 2. destructive-batch withdrawal on fresh evidence (``withdrawal``);
-3. drift (``proposals``; a planned split's claims and releases, ``splitsteps``)
+3. drift (``proposals``; a planned split's claims and releases, ``splitsteps``, and
+   its coordinator engine, ``splitserve``)
    matched against pending actions by key, so a pending
    equivalent is carried instead of re-issued; undelivered pending work the
    plan no longer wants is cancelled;
@@ -53,6 +54,7 @@ from gridctl.reconcile.records import (
     ReconcileResult,
 )
 from gridctl.reconcile.seeding import fetched_remotely
+from gridctl.reconcile.splitserve import split_coordinator_releases, split_serve_proposals
 from gridctl.reconcile.splitsteps import split_claim_proposals, split_release_proposals
 from gridctl.reconcile.withdrawal import still_withdrawn, withdraw_unsafe_batches
 
@@ -115,7 +117,9 @@ def reconcile(
         + destructive_proposals(index, view, profiles, memory, startup or {})
         + cache_proposals(plan, snapshot, profiles, policy)
         + split_claim_proposals(index, view, profiles, history, pending, now)
-        + split_release_proposals(index, view, profiles, history),
+        + split_release_proposals(index, view, profiles, history)
+        + split_serve_proposals(index, view, profiles, history, pending, now)
+        + split_coordinator_releases(index, view, profiles, history, pending),
         key=service_key,
     )
     by_key = {action_key(p.action): p for p in live}
@@ -308,6 +312,7 @@ def _decide(
                     created_at=ctx.now,
                     not_before=not_before,
                     split_claim=p.split_claim,
+                    split_serve=p.split_serve,
                 ),
             )
         )

@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
-from gridctl.domain import ModelProfile, SplitPlacement, SplitStage, SplitStageClaim
+from gridctl.domain import ModelProfile, SplitPlacement, SplitServe, SplitStage, SplitStageClaim
 
 SPLIT_LEASE_MS = 4 * 60 * 60 * 1000  # the specification's coordinator lease
 _SEPARATOR = "\x1f"
@@ -124,6 +124,31 @@ def stop_to_json(claim: SplitStageClaim) -> dict[str, object]:
         "manifest_sha256": claim.manifest_sha256,
         "coordinator_id": claim.coordinator_id,
         "coordinator_term": claim.coordinator_term,
+    }
+
+
+def serve_to_json(serve: SplitServe) -> dict[str, object]:
+    """The wire command's ``split_serve`` object: a coordinator warm's generation and
+    stages (``schemas/wire/command.schema.json``)."""
+    return {
+        "claim": {
+            "model_id": serve.model_id,
+            "package_ref": serve.package_ref,
+            "manifest_sha256": serve.manifest_sha256,
+            "coordinator_id": serve.coordinator_id,
+            "coordinator_term": serve.coordinator_term,
+            "topology_id": serve.topology_id,
+            "run_id": serve.run_id,
+        },
+        "stages": [
+            {
+                "host_id": s.host_id,
+                "endpoint": s.endpoint,
+                "layer_start": s.layer_start,
+                "layer_end": s.layer_end,
+            }
+            for s in serve.stages
+        ],
     }
 
 

@@ -16,7 +16,7 @@ from gridctl.errors import WireError
 from gridctl.reconcile.caching import PREFETCH_REASON
 from gridctl.reconcile.identity import ActionKey, derive_action_id
 from gridctl.reconcile.records import HistoryEntry, PendingAction
-from gridctl.reconcile.splits import claim_to_json, stop_to_json
+from gridctl.reconcile.splits import claim_to_json, serve_to_json, stop_to_json
 
 
 def action_to_json(action: Action) -> dict[str, Any]:
@@ -48,7 +48,8 @@ def command_to_json(
 ) -> dict[str, Any]:
     """A wire command (``schemas/wire/command.schema.json``) for one action; a
     ``split_claim`` also carries its claim and stage as ``split_claim``, a
-    ``split_release`` the claim it stops as ``split_stop``."""
+    ``split_release`` the claim it stops as ``split_stop``, and a split coordinator's
+    ``warm`` the generation and stages it serves as ``split_serve``."""
     command: dict[str, Any] = {
         "action_id": action.action_id,
         "kind": action.kind.value,
@@ -72,6 +73,8 @@ def command_to_json(
         command["split_claim"] = claim_to_json(action.split_claim)
     if action.split_claim is not None and action.kind is ActionKind.SPLIT_RELEASE:
         command["split_stop"] = stop_to_json(action.split_claim)
+    if action.split_serve is not None and action.kind is ActionKind.WARM:
+        command["split_serve"] = serve_to_json(action.split_serve)
     return command
 
 
