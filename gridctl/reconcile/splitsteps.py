@@ -6,9 +6,11 @@ split (the claims of ``splits``). The step's artifact slot holds the generation 
 (topology, manifest, term), so an action's identity (``identity``) is fixed by what the
 claim fences: a changed topology, manifest or term is a new action, and a generation
 whose claim last succeeded on a host is not sent there again (the node keeps an
-accepted claim across its restarts). A pending claim is carried unchanged, with the
-lease it was first built with. A stage host that does not advertise ``split_claim``
-gets the step held back ``split_unsupported``.
+accepted claim across its restarts) until half of its 4-hour lease has passed: then the
+same claim goes again with a fresh lease, which the stage takes as a refresh of the
+lease (same term, same fields), so a planned split's lease never runs out. A pending
+claim is carried unchanged, with the lease it was first built with. A stage host
+that does not advertise ``split_claim`` gets the step held back ``split_unsupported``.
 
 The coordinator term is derived from the claims the controller already made for the
 model (finished ones in ``history``, which the store keeps per key, and pending ones):
@@ -33,6 +35,7 @@ from gridctl.reconcile.observing import FleetView
 from gridctl.reconcile.proposals import PlanIndex, Proposal
 from gridctl.reconcile.records import HistoryEntry, PendingAction
 from gridctl.reconcile.splits import (
+    SPLIT_LEASE_MS,
     claim_generation,
     manifest_sha256,
     stage_claims,
@@ -76,6 +79,16 @@ def known_claims(
     return found
 
 
+def lease_due(entry: HistoryEntry | None, now: float) -> bool:
+    """Whether the accepted claim of ``entry`` is past half its lease: the coordinator
+    renews it (the same claim with a fresh lease) while the split is planned, so a
+    serving split never reaches its lease's end."""
+    claim = entry.split_claim if entry is not None else None
+    if claim is None:
+        return True
+    return int(now * 1000) >= claim.lease_until_unix_ms - SPLIT_LEASE_MS // 2
+
+
 def split_term(
     placement: SplitPlacement, profile: ModelProfile, known: Iterable[SplitStageClaim]
 ) -> int:
@@ -110,7 +123,7 @@ def split_claim_proposals(
     now: float,
 ) -> list[Proposal]:
     """One ``split_claim`` per stage host of each planned split not yet claimed there."""
-    claimed = succeeded_keys(history, ActionKind.SPLIT_CLAIM)
+    newest = _newest_by_key(history, ActionKind.SPLIT_CLAIM)
     known = known_claims(history, pending)
     proposals: list[Proposal] = []
     for placement in sorted(index.plan.splits, key=lambda s: s.model_id):
@@ -122,8 +135,11 @@ def split_claim_proposals(
         for stage, claim in zip(placement.stages, claims, strict=True):
             generation = claim_generation(claim)
             key = ActionKey(ActionKind.SPLIT_CLAIM, stage.host_id, placement.model_id, generation)
-            if key in claimed:
+            held = newest.get(key)
+            renewing = held is not None and held.succeeded
+            if renewing and not lease_due(held, now):
                 continue
+            verb = "renew the lease of" if renewing else "claim"
             proposals.append(
                 Proposal(
                     kind=ActionKind.SPLIT_CLAIM,
@@ -133,7 +149,7 @@ def split_claim_proposals(
                     memory_mb=stage.memory_mb,
                     runtime=placement.runtime,
                     reason=(
-                        f"claim stage {claim.stage_index + 1} of {claim.stage_count} "
+                        f"{verb} stage {claim.stage_index + 1} of {claim.stage_count} "
                         f"(layers {stage.layer_start}-{stage.layer_end - 1}) of the split of "
                         f"{placement.model_id}, coordinator {placement.coordinator_host_id}, "
                         f"term {term}"

@@ -159,6 +159,42 @@ def test_a_claim_that_succeeded_is_not_sent_again_until_the_split_changes() -> N
     assert [a.host_id for a in claims_of(moved.actions) if a.executable] == ["a", "b", "c"]
 
 
+def test_an_accepted_claim_is_renewed_once_half_its_lease_has_passed() -> None:
+    hosts = [stage_host(h, seen=NOW + 59) for h in "ab"]
+    two = split_plan(("a", 0, 15), ("b", 15, 30))
+    first = run(two, fleet(*hosts, now=NOW + 60), {"big": big()})
+    history = [_succeeded(a, NOW + 1) for a in claims_of(first.actions)]
+    half = 2 * 3600
+    before = NOW + half - 1
+    quiet = run(
+        two,
+        fleet(*(stage_host(h, seen=before) for h in "ab"), now=before),
+        {"big": big()},
+        history=history,
+        now=before,
+    )
+    assert claims_of(quiet.actions) == []
+    due = NOW + half
+    renewed = run(
+        two,
+        fleet(*(stage_host(h, seen=due) for h in "ab"), now=due),
+        {"big": big()},
+        history=history,
+        now=due,
+    )
+    claims = claims_of(renewed.actions)
+    assert [(a.host_id, a.executable) for a in claims] == [("a", True), ("b", True)]
+    for old, new in zip(claims_of(first.actions), claims, strict=True):
+        assert new.split_claim is not None and old.split_claim is not None
+        assert new.split_claim.lease_until_unix_ms == int(due * 1000) + 4 * 3600 * 1000
+        # the same claim (term, topology, run) with a fresh lease: a refresh on the stage
+        assert replace(new.split_claim, lease_until_unix_ms=0) == replace(
+            old.split_claim, lease_until_unix_ms=0
+        )
+        assert new.action_id != old.action_id and new.attempt == old.attempt + 1
+        assert new.reason.startswith("renew the lease of stage")
+
+
 def test_a_re_formed_split_claims_every_stage_under_the_next_term() -> None:
     hosts = [stage_host(h, seen=NOW + 59) for h in "abc"]
     snapshot = fleet(*hosts, now=NOW + 60)
