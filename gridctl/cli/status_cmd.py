@@ -154,6 +154,23 @@ def admission_lines(doc: dict[str, Any]) -> list[str]:
     return out
 
 
+def residency_word(row: dict[str, Any]) -> str:
+    """``model:state``, and the term of a split the engine coordinates."""
+    term = row.get("split_term")
+    return f"{row['model_id']}:{row['state']}" + ("" if term is None else f" (split term {term})")
+
+
+def split_stage_lines(host: dict[str, Any]) -> list[str]:
+    """One line per split stage a host serves: model, term, stage (counted from 1),
+    layers (inclusive, as ``gridctl plan`` prints them) and the tunnel it is reached on."""
+    return [
+        f"  split stage of {s['model_id']} term {s['coordinator_term']} "
+        f"(coordinator {s['coordinator_id']}): stage {s['stage_index'] + 1}/{s['stage_count']}, "
+        f"layers {s['layer_start']}-{s['layer_end'] - 1}, via {s['endpoint']}"
+        for s in host.get("split_stages", [])
+    ]
+
+
 def render_status(doc: dict[str, Any]) -> str:
     lines: list[str] = []
     desired = doc["desired"]
@@ -172,7 +189,7 @@ def render_status(doc: dict[str, Any]) -> str:
     lines.append("")
     lines.append(f"{'HOST':<18} {'STATE':<12} {'USED/CAP MB':>14} {'HB':>5}  RESIDENCIES")
     for host in doc["hosts"]:
-        res = ", ".join(f"{r['model_id']}:{r['state']}" for r in host["residencies"]) or "-"
+        res = ", ".join(residency_word(r) for r in host["residencies"]) or "-"
         used = f"{host['used_mb']}/{host['capacity_mb'] - host['reserved_mb']}"
         lines.append(
             f"{host['host_id']:<18} {host['state']:<12} {used:>14} "
@@ -187,6 +204,7 @@ def render_status(doc: dict[str, Any]) -> str:
         for r in host["residencies"]:
             if r.get("not_routable_reason"):
                 lines.append(f"  {r['model_id']} not routable: {r['not_routable_reason']}")
+        lines.extend(split_stage_lines(host))
         for t in host.get("transfers", []):
             percent = "?" if t.get("percent") is None else f"{t['percent']:.1f}"
             lines.append(

@@ -1,7 +1,7 @@
 """Read a fleet snapshot (``schemas/wire/fleet-snapshot.schema.json``) into domain objects.
 
-Fail closed: an unknown host lifecycle or a malformed residency row never makes
-a host look healthier than it is. The bad row is excluded and the host is
+Fail closed: an unknown host lifecycle or a malformed residency or split stage row
+never makes a host look healthier than it is. The bad row is excluded and the host is
 reported ``unhealthy`` so the planner places nothing new there.
 """
 
@@ -13,6 +13,7 @@ from typing import Any
 
 from gridctl.config import resolving
 from gridctl.config.schemas import conforms, fill_defaults, validator
+from gridctl.config.splitstages import stages_from_rows
 from gridctl.config.yamlsource import escape_pointer_token
 from gridctl.domain import (
     FleetSnapshot,
@@ -70,6 +71,7 @@ def residency_from_row(row: Any, now: float) -> Residency | None:
         pinned=bool(row.get("pinned", False)),
         active_requests=int(row.get("active_requests", 0)),
         max_concurrency=_live_width(row),
+        split_term=row.get("split_term"),
     )
 
 
@@ -103,6 +105,9 @@ def host_from_json(host: dict[str, Any], now: float) -> HostSnapshot:
             state = HostState.UNHEALTHY
             continue
         residencies.append(residency)
+    stages, malformed = stages_from_rows(allocator.get("split_stages"))
+    if malformed:
+        state = HostState.UNHEALTHY
     failed = host.get("failed_attempts")
     learned = host.get("learned")
     cached = allocator.get("cached_models")
@@ -118,6 +123,7 @@ def host_from_json(host: dict[str, Any], now: float) -> HostSnapshot:
         else (),
         kind=str(host.get("kind", "managed")),
         learned=_learned(learned) if learned else (),
+        split_stages=stages,
     )
 
 

@@ -2,10 +2,11 @@
 
 Registrations and heartbeats are validated against their wire schemas before
 anything changes; a malformed envelope is refused whole. Inside a valid
-envelope each residency row is checked on its own: a bad row is excluded and
-makes that host unhealthy (fail closed). Node clocks are never trusted for
-ages: loaded/last-used ages become timestamps at receipt time. Router-owned
-active-request counters live here too and survive heartbeats.
+envelope each residency row, and each split stage row (``config.splitstages``), is
+checked on its own: a bad row is excluded and makes that host unhealthy (fail
+closed). Node clocks are never trusted for ages: loaded/last-used ages become
+timestamps at receipt time. Router-owned active-request counters live here too and
+survive heartbeats.
 
 A heartbeat naming an ``inventory_digest`` without ``resources`` or ``allocator`` is a
 lease renewal (``renew``): it says the host is alive and its inventory is the one it
@@ -28,6 +29,7 @@ from typing import Any
 from gridctl.config import resolving
 from gridctl.config.schemas import conforms, fill_defaults, validator
 from gridctl.config.snapshots import host_state_of, residency_from_row
+from gridctl.config.splitstages import stages_from_rows
 from gridctl.config.yamlsource import escape_pointer_token
 from gridctl.controller.hostclaims import ForeignClaims, ReportSequences, check_rows_are_own
 from gridctl.domain import (
@@ -37,6 +39,7 @@ from gridctl.domain import (
     HostSnapshot,
     HostState,
     ModelDemand,
+    ObservedStage,
     Ownership,
     Residency,
     ResidencyState,
@@ -99,6 +102,8 @@ class HostRecord:
     network: dict[str, Any] = field(default_factory=dict)  # advertised address and family
     raw_resources: Any = None  # the resources as last reported, before defaults
     inventory_digest: str | None = None  # the node's label of the last full inventory
+    # the split stages it serves under accepted claims (None: none), from the envelope
+    split_stages: tuple[ObservedStage, ...] | None = None
 
 
 def is_lease(payload: Any) -> bool:
@@ -398,6 +403,7 @@ class Registry:
             state, reported = prior.state, prior.reported_state
             residencies, cached = prior.residencies, prior.cached
             capabilities, key = prior.capabilities, None
+            stages = prior.split_stages
         else:
             assert envelope is not None
             reported = str(envelope.get("state"))
@@ -413,6 +419,8 @@ class Registry:
                 rows.append(row)  # only validated rows reach routes and queues
                 parsed.append(residency)
             residencies = _steady_residencies(parsed, prior)
+            stages, malformed = stages_from_rows(envelope.get("split_stages"))
+            reasons.extend(malformed)
             cached = _steady_ages(
                 resolving.cached_from_list(envelope.get("cached_models"), now), prior
             )
@@ -465,6 +473,7 @@ class Registry:
             if raw_resources is not None
             else (prior.raw_resources if prior else None),
             inventory_digest=_digest_of(payload, prior),
+            split_stages=stages,
         )
 
     def _routes(
@@ -673,10 +682,11 @@ class Registry:
             return True
         if before.concurrency_multiplier != after.concurrency_multiplier:
             return True
-        if (before.state, before.capabilities, before.cached) != (
+        if (before.state, before.capabilities, before.cached, before.split_stages) != (
             after.state,
             after.capabilities,
             after.cached,
+            after.split_stages,
         ):
             return True
         if before.resources is not after.resources and before.resources != after.resources:
@@ -783,4 +793,5 @@ class Registry:
             cached=record.cached,
             kind="external" if record.role == "external" else "managed",
             capabilities=record.capabilities,
+            split_stages=record.split_stages,
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gridctl.config.splitstages import stage_json
 from gridctl.controller.control import Controller
 from gridctl.demand.direct import with_correlation
 from gridctl.domain import HostSnapshot, ModelDemand
@@ -63,9 +64,15 @@ def _host(h: HostSnapshot) -> dict[str, Any]:
                     "ownership": r.ownership.value,
                     "pinned": r.pinned,
                     "active_requests": r.active_requests,
+                    **({} if r.split_term is None else {"split_term": r.split_term}),
                 }
                 for r in h.residencies
             ],
+            **(
+                {}
+                if h.split_stages is None
+                else {"split_stages": [stage_json(s) for s in h.split_stages]}
+            ),
         },
         "failed_attempts": dict(h.failed_attempts),
         "learned": [

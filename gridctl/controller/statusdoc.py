@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from gridctl import __version__
+from gridctl.config.splitstages import stage_json
 from gridctl.controller.control import Controller
 from gridctl.controller.ownership import ownership_document
 from gridctl.controller.snapshotting import demand_json
@@ -67,6 +68,7 @@ def _hosts(ctl: Controller, now: float) -> list[dict[str, Any]]:
                     else ctl.registry.not_routable_reason(record.host_id, r.model_id),
                     "loaded_at": r.loaded_at,
                     "last_used_at": r.last_used_at,
+                    **({} if r.split_term is None else {"split_term": r.split_term}),
                 }
             )
         age = max(0.0, now - record.last_heartbeat)
@@ -98,6 +100,11 @@ def _hosts(ctl: Controller, now: float) -> list[dict[str, Any]]:
                 "cached_models": sorted({c.model_id for c in record.cached}),
                 "artifacts": [artifact_summary(a) for a in record.artifacts],
                 "transfers": [transfer_summary(t) for t in record.transfers],
+                **(
+                    {}
+                    if record.split_stages is None
+                    else {"split_stages": [stage_json(st) for st in record.split_stages]}
+                ),
             }
         )
     return rows
