@@ -170,13 +170,23 @@ def gridctl_log(path: Path) -> Any:
     return open(path, "ab")  # the child owns it until teardown
 
 
-@pytest.fixture
-def world(netfleet: NetFleet, tmp_path: Path) -> Iterator[World]:
+def start_world(
+    netfleet: NetFleet,
+    tmp_path: Path,
+    profiles: dict[str, str],
+    *,
+    hosts: tuple[str, ...] = ("a", "b"),
+    capacity_mb: int = 1500,
+) -> World:
+    """A controller in its namespace serving HTTPS, ``profiles`` (file name -> YAML)
+    committed, and one joined node per name of ``hosts`` in a namespace of its own,
+    advertising its address, with ``capacity_mb`` of memory. ``stop_world`` ends it."""
     ctl = netfleet.add_host("ctl")
-    hosts = {"a": netfleet.add_host("a"), "b": netfleet.add_host("b")}
+    machines = {name: netfleet.add_host(name) for name in hosts}
     repo = DesiredRepo(tmp_path / "repo")
-    repo.write(f"{GEMMA}.yaml", profile_yaml(GEMMA, min_replicas=1, max_replicas=2))
-    repo.commit("gemma")
+    for name, text in profiles.items():
+        repo.write(name, text)
+    repo.commit("profiles")
     state = tmp_path / "controller"
     controller = ctl.popen(
         [
@@ -220,69 +230,85 @@ def world(netfleet: NetFleet, tmp_path: Path) -> Iterator[World]:
         check=True,
         capture_output=True,
     )
-    nodes: dict[str, subprocess.Popen[bytes]] = {}
-    for index, (name, host) in enumerate(sorted(hosts.items())):
-        bundle = tmp_path / f"join-{name}.json"
-        subprocess.run(
-            [
-                *GRIDCTL,
-                "join-token",
-                "create",
-                "--state",
-                str(state),
-                "--controller",
-                url,
-                "--out",
-                str(bundle),
-                "--ttl",
-                "10m",
-                "--host-id",
-                f"host-{name}",
-            ],
-            check=True,
-            capture_output=True,
-        )
-        nodes[name] = host.popen(
-            [
-                *GRIDCTL,
-                "node",
-                "start",
-                "--join",
-                str(bundle),
-                "--advertise",
-                host.ip,
-                "--state-dir",
-                str(tmp_path / name),
-                "--capacity-mb",
-                "1500",
-                "--external-mb",
-                "0",  # the test machine's other work is not this simulated host's
-                "--failure-domain",
-                f"zone-{name}",
-                "--port-range",
-                f"{23000 + 10 * index}-{23009 + 10 * index}",
-                "--heartbeat-seconds",
-                "1",
-                "--foreground",
-            ],
-            stdout=gridctl_log(tmp_path / f"node-{name}.log"),
-            stderr=subprocess.STDOUT,
-        )
-    world = World(
-        netfleet, ctl, hosts, tmp_path, repo, state, controller, nodes, key_file.read_text().strip()
+    world = World(netfleet, ctl, machines, tmp_path, repo, state, controller, {}, "")
+    world.router_key = key_file.read_text().strip()
+    for index, name in enumerate(sorted(machines)):
+        world.nodes[name] = start_node(world, name, index, url, capacity_mb)
+    return world
+
+
+def start_node(world: World, name: str, index: int, url: str, capacity_mb: int) -> Any:
+    """Join host ``name`` with a fresh bundle and start its node daemon."""
+    host, tmp_path = world.hosts[name], world.tmp
+    bundle = tmp_path / f"join-{name}.json"
+    subprocess.run(
+        [
+            *GRIDCTL,
+            "join-token",
+            "create",
+            "--state",
+            str(world.state),
+            "--controller",
+            url,
+            "--out",
+            str(bundle),
+            "--ttl",
+            "10m",
+            "--host-id",
+            f"host-{name}",
+        ],
+        check=True,
+        capture_output=True,
     )
+    return host.popen(
+        [
+            *GRIDCTL,
+            "node",
+            "start",
+            "--join",
+            str(bundle),
+            "--advertise",
+            host.ip,
+            "--state-dir",
+            str(tmp_path / name),
+            "--capacity-mb",
+            str(capacity_mb),
+            "--external-mb",
+            "0",  # the test machine's other work is not this simulated host's
+            "--failure-domain",
+            f"zone-{name}",
+            "--port-range",
+            f"{23000 + 10 * index}-{23009 + 10 * index}",
+            "--heartbeat-seconds",
+            "1",
+            "--foreground",
+        ],
+        stdout=gridctl_log(tmp_path / f"node-{name}.log"),
+        stderr=subprocess.STDOUT,
+    )
+
+
+def stop_world(world: World) -> None:
+    for process in world.nodes.values():
+        if process.poll() is None:
+            process.terminate()
+    for process in world.nodes.values():
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    world.controller.terminate()
+    # the netfleet fixture kills whatever is still running in the namespaces
+
+
+@pytest.fixture
+def world(netfleet: NetFleet, tmp_path: Path) -> Iterator[World]:
+    profile = profile_yaml(GEMMA, min_replicas=1, max_replicas=2)
+    world = start_world(netfleet, tmp_path, {f"{GEMMA}.yaml": profile})
     try:
         yield world
     finally:
-        for process in nodes.values():
-            process.terminate()
-        for process in nodes.values():
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        controller.terminate()
-        # the netfleet fixture kills whatever is still running in the namespaces
+        stop_world(world)
 
 
 def secrets_of(world: World) -> dict[str, str]:
