@@ -17,7 +17,7 @@ from gridctl.controller.tickview import PortfolioBundle, PortfolioKey
 from gridctl.demand.direct import with_correlation
 from gridctl.domain import FleetSnapshot, HostState, Mode, Plan, ResidencyState
 from gridctl.domain.profiles import ModelProfile
-from gridctl.planner.plan_document import plan_document
+from gridctl.planner.plan_document import plan_document, split_json
 from gridctl.planner.portfolio import admission_row_json, plan_portfolio, portfolio_to_json
 from gridctl.planner.portfolio_inputs import portfolio_inputs
 from gridctl.planner.portfolio_types import PortfolioResult
@@ -150,7 +150,9 @@ def _models(ctl: Controller, now: float, mode: Mode) -> list[dict[str, Any]]:
     for model_id in sorted(({p.name for p in desired.profiles} if desired else set()) | tombstoned):
         retiring = model_id in tombstoned
         want = 0 if retiring else targets.get(model_id, 0)
-        planned = len(plan.assignments_for(model_id)) if plan else 0
+        split = next((s for s in plan.splits if s.model_id == model_id), None) if plan else None
+        # a planned split is one replica, across its stages
+        planned = (len(plan.assignments_for(model_id)) + (split is not None)) if plan else 0
         ready = len(ctl.registry.routable(model_id, now))
         present = sum(
             1
@@ -185,6 +187,8 @@ def _models(ctl: Controller, now: float, mode: Mode) -> list[dict[str, Any]]:
             health, reason = "Progressing", "retiring: draining and unloading"
         else:
             health, reason = "Healthy", f"{ready} of {want} replicas ready"
+        if split is not None:
+            reason = f"{reason}; {split.summary()}"
         rows.append(
             {
                 "model_id": model_id,
@@ -197,6 +201,7 @@ def _models(ctl: Controller, now: float, mode: Mode) -> list[dict[str, Any]]:
                 "reason": reason,
                 "unmet": unmet.get(model_id, []),
                 "retiring": retiring,
+                **({"split": split_json(split)} if split is not None else {}),
                 **artifact_facts(ctl, desired.profile(model_id) if desired else None),
             }
         )

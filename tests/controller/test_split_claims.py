@@ -134,3 +134,10 @@ async def test_hosts_that_do_not_advertise_split_claim_get_no_claim(service: Any
         assert list(validator("wire/status.schema.json").iter_errors(status)) == []
         shown = [a for a in status["reconciliation"]["actions"] if a["kind"] == "split_claim"]
         assert {a["blocked"] for a in shown} == {"split_unsupported"}
+        # the model's row counts the split as its one planned replica and names its stages
+        (row,) = [m for m in status["models"] if m["model_id"] == "big"]
+        assert row["planned"] == 1 and row["desired"] == 1
+        assert [s["host_id"] for s in row["split"]["stages"]] == [
+            s.host_id for s in plan.splits[0].stages
+        ]
+        assert row["reason"].endswith(plan.splits[0].summary()), row
