@@ -61,7 +61,12 @@ from gridctl.reconcile.observing import FleetView
 from gridctl.reconcile.proposals import PlanIndex, Proposal
 from gridctl.reconcile.records import HistoryEntry, PendingAction
 from gridctl.reconcile.splits import claim_generation, stage_claims
-from gridctl.reconcile.splitsteps import known_claims, split_term, succeeded_keys
+from gridctl.reconcile.splitsteps import (
+    broken_generations,
+    known_claims,
+    split_term,
+    succeeded_keys,
+)
 from gridctl.split import quorum, quorum_reached
 
 _STARTING = (ResidencyState.LOADING, ResidencyState.WARMING)
@@ -106,16 +111,19 @@ def formed_stages(
 
 def _planned_terms(
     index: PlanIndex,
+    view: FleetView,
     profiles: Mapping[str, ModelProfile],
     history: Sequence[HistoryEntry],
     pending: Sequence[PendingAction],
 ) -> dict[str, tuple[SplitPlacement, int]]:
     known = known_claims(history, pending)
+    broken = broken_generations(history, view)
     terms: dict[str, tuple[SplitPlacement, int]] = {}
     for placement in index.plan.splits:
         profile = profiles.get(placement.model_id)
         if profile is not None:
-            terms[placement.model_id] = (placement, split_term(placement, profile, known))
+            term = split_term(placement, profile, known, broken)
+            terms[placement.model_id] = (placement, term)
     return terms
 
 
@@ -151,7 +159,7 @@ def split_serve_proposals(
     whose startup quorum accepted and whose every stage is reported served."""
     proposals: list[Proposal] = []
     for model_id, (placement, term) in sorted(
-        _planned_terms(index, profiles, history, pending).items()
+        _planned_terms(index, view, profiles, history, pending).items()
     ):
         profile = profiles[model_id]
         coordinator = placement.coordinator_host_id
@@ -256,7 +264,7 @@ def split_coordinator_releases(
     pending: Sequence[PendingAction],
 ) -> list[Proposal]:
     """Drain (or unload) every coordinator engine whose split is not whole and planned."""
-    planned = _planned_terms(index, profiles, history, pending)
+    planned = _planned_terms(index, view, profiles, history, pending)
     proposals: list[Proposal] = []
     for host_id in view.host_ids():
         host = view.host(host_id)

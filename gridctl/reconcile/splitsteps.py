@@ -14,9 +14,11 @@ that does not advertise ``split_claim`` gets the step held back ``split_unsuppor
 
 The coordinator term is derived from the claims the controller already made for the
 model (finished ones in ``history``, which the store keeps per key, and pending ones):
-the highest term, when it was that very topology and manifest, else one more. So a
-re-formed split supersedes the old one on every stage host (a stage refuses the same
-term with other fields), and re-planning the same split keeps its term.
+the highest term, when it was that very topology and manifest and no stage host of it
+has since stopped serving its accepted stage (``broken_generations``), else one more.
+So a re-formed split supersedes the old one on every stage host (a stage refuses the
+same term with other fields), re-planning the same whole split keeps its term, and a
+split whose stage server died on a living host is claimed afresh under the next term.
 
 ``split_release_proposals`` stops the stage of a host whose newest claim for a model
 succeeded while the model's planned split no longer has that host (the split left the
@@ -26,7 +28,7 @@ claim's key, coordinator and term, sent once per claimed generation.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from gridctl.domain import ActionKind, ModelProfile, SplitPlacement, SplitStageClaim
 from gridctl.reconcile.codes import BlockedCode
@@ -37,6 +39,7 @@ from gridctl.reconcile.records import HistoryEntry, PendingAction
 from gridctl.reconcile.splits import (
     SPLIT_LEASE_MS,
     claim_generation,
+    generation_digest,
     manifest_sha256,
     stage_claims,
     topology_hash,
@@ -89,17 +92,57 @@ def lease_due(entry: HistoryEntry | None, now: float) -> bool:
     return int(now * 1000) >= claim.lease_until_unix_ms - SPLIT_LEASE_MS // 2
 
 
+def broken_generations(history: Sequence[HistoryEntry], view: FleetView) -> frozenset[str]:
+    """Generations a stage host accepted and, heard from since, no longer serves.
+
+    The newest succeeded claim of each (host, model, generation) counts when its host
+    is fresh, a heartbeat observed after the receipt does not report that stage (its
+    stage server died, say), and the stage was not released on purpose.
+    """
+    released = succeeded_keys(history, ActionKind.SPLIT_RELEASE)
+    broken: set[str] = set()
+    for key, entry in _newest_by_key(history, ActionKind.SPLIT_CLAIM).items():
+        claim = entry.split_claim
+        if claim is None or not entry.succeeded or not view.is_fresh(entry.host_id):
+            continue
+        if ActionKey(ActionKind.SPLIT_RELEASE, key.host_id, key.model_id, key.artifact_sha256) in (
+            released
+        ):
+            continue
+        seen = view.observed_at(entry.host_id)
+        host = view.host(entry.host_id)
+        if host is None or seen is None or seen <= entry.finished_at:
+            continue  # no heartbeat since the receipt: nothing to judge by yet
+        if not any(
+            s.model_id == claim.model_id
+            and s.coordinator_id == claim.coordinator_id
+            and s.coordinator_term == claim.coordinator_term
+            and s.stage_index == claim.stage_index
+            for s in host.split_stages or ()
+        ):
+            broken.add(claim_generation(claim))
+    return frozenset(broken)
+
+
 def split_term(
-    placement: SplitPlacement, profile: ModelProfile, known: Iterable[SplitStageClaim]
+    placement: SplitPlacement,
+    profile: ModelProfile,
+    known: Iterable[SplitStageClaim],
+    broken: Collection[str] = frozenset(),
 ) -> int:
     """The coordinator term of the planned generation (see the module docstring)."""
     mine = [c for c in known if c.model_id == placement.model_id]
     if not mine:
         return 1
     top = max(c.coordinator_term for c in mine)
-    wanted = (topology_hash(placement.stages), manifest_sha256(profile))
-    if any(
-        c.coordinator_term == top and (c.topology_hash, c.manifest_sha256) == wanted for c in mine
+    topology, manifest = topology_hash(placement.stages), manifest_sha256(profile)
+    if (
+        any(
+            c.coordinator_term == top
+            and (c.topology_hash, c.manifest_sha256) == (topology, manifest)
+            for c in mine
+        )
+        and generation_digest(topology, manifest, top) not in broken
     ):
         return top
     return top + 1
@@ -125,12 +168,13 @@ def split_claim_proposals(
     """One ``split_claim`` per stage host of each planned split not yet claimed there."""
     newest = _newest_by_key(history, ActionKind.SPLIT_CLAIM)
     known = known_claims(history, pending)
+    broken = broken_generations(history, view)
     proposals: list[Proposal] = []
     for placement in sorted(index.plan.splits, key=lambda s: s.model_id):
         profile = profiles.get(placement.model_id)
         if profile is None:
             continue  # retired or unknown: nothing to claim
-        term = split_term(placement, profile, known)
+        term = split_term(placement, profile, known, broken)
         claims = stage_claims(placement, profile, term, now)
         for stage, claim in zip(placement.stages, claims, strict=True):
             generation = claim_generation(claim)

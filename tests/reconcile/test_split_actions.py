@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 
 from hypothesis import given
@@ -15,6 +16,7 @@ from gridctl.domain import (
     DemandClass,
     HostSnapshot,
     ModelProfile,
+    ObservedStage,
     Plan,
     ReceiptStatus,
     SplitPlacement,
@@ -65,9 +67,30 @@ def split_plan(*stages: tuple[str, int, int], model: str = "big") -> Plan:
 THREE = (("a", 0, 10), ("b", 10, 20), ("c", 20, 30))
 
 
-def stage_host(host_id: str, *, advertises: bool = True, seen: float = NOW) -> HostSnapshot:
+def stage_host(
+    host_id: str,
+    *,
+    advertises: bool = True,
+    seen: float = NOW,
+    serving: Iterable[Action] = (),
+) -> HostSnapshot:
+    """A stage host; ``serving``: the claims whose stage it reports serving."""
     verbs = SPLIT_VERBS if advertises else SPLIT_VERBS[:4]
-    return replace(host(host_id, seen=seen), capabilities=verbs)
+    stages = tuple(
+        ObservedStage(
+            model_id=c.model_id,
+            coordinator_id=c.coordinator_id,
+            coordinator_term=c.coordinator_term,
+            stage_index=c.stage_index,
+            stage_count=c.stage_count,
+            layer_start=c.layer_start,
+            layer_end=c.layer_end,
+            endpoint=f"{host_id}.test:7000",
+        )
+        for a in serving
+        if a.host_id == host_id and (c := a.split_claim) is not None
+    )
+    return replace(host(host_id, seen=seen), capabilities=verbs, split_stages=stages or None)
 
 
 def claims_of(actions: tuple[Action, ...]) -> list[Action]:
@@ -148,10 +171,10 @@ def _succeeded(action: Action, at: float) -> HistoryEntry:
 
 
 def test_a_claim_that_succeeded_is_not_sent_again_until_the_split_changes() -> None:
-    hosts = [stage_host(h, seen=NOW + 59) for h in "abc"]
-    snapshot = fleet(*hosts, now=NOW + 60)
     two = split_plan(("a", 0, 15), ("b", 15, 30))
-    first = run(two, snapshot, {"big": big()})
+    first = run(two, fleet(*(stage_host(h) for h in "abc")), {"big": big()})
+    hosts = [stage_host(h, seen=NOW + 59, serving=first.actions) for h in "abc"]
+    snapshot = fleet(*hosts, now=NOW + 60)
     history = [_succeeded(a, NOW + 1) for a in claims_of(first.actions)]
     again = run(two, snapshot, {"big": big()}, history=history, now=NOW + 60)
     assert claims_of(again.actions) == []
@@ -168,7 +191,7 @@ def test_an_accepted_claim_is_renewed_once_half_its_lease_has_passed() -> None:
     before = NOW + half - 1
     quiet = run(
         two,
-        fleet(*(stage_host(h, seen=before) for h in "ab"), now=before),
+        fleet(*(stage_host(h, seen=before, serving=first.actions) for h in "ab"), now=before),
         {"big": big()},
         history=history,
         now=before,
@@ -177,7 +200,7 @@ def test_an_accepted_claim_is_renewed_once_half_its_lease_has_passed() -> None:
     due = NOW + half
     renewed = run(
         two,
-        fleet(*(stage_host(h, seen=due) for h in "ab"), now=due),
+        fleet(*(stage_host(h, seen=due, serving=first.actions) for h in "ab"), now=due),
         {"big": big()},
         history=history,
         now=due,
@@ -193,6 +216,29 @@ def test_an_accepted_claim_is_renewed_once_half_its_lease_has_passed() -> None:
         )
         assert new.action_id != old.action_id and new.attempt == old.attempt + 1
         assert new.reason.startswith("renew the lease of stage")
+
+
+def test_a_stage_no_longer_served_on_a_living_host_is_claimed_under_the_next_term() -> None:
+    two = split_plan(("a", 0, 15), ("b", 15, 30))
+    first = run(two, fleet(*(stage_host(h) for h in "ab")), {"big": big()})
+    history = [_succeeded(a, NOW + 1) for a in claims_of(first.actions)]
+    # b's stage server died: b heartbeats (after the receipt) without its stage
+    hosts = [stage_host("a", seen=NOW + 59, serving=first.actions), stage_host("b", seen=NOW + 59)]
+    result = run(two, fleet(*hosts, now=NOW + 60), {"big": big()}, history=history, now=NOW + 60)
+    terms = [
+        (a.host_id, a.split_claim.coordinator_term)
+        for a in claims_of(result.actions)
+        if a.split_claim
+    ]
+    assert terms == [("a", 2), ("b", 2)]
+    # no heartbeat since the receipt: nothing is judged yet
+    early = [stage_host("a", seen=NOW + 1, serving=first.actions), stage_host("b", seen=NOW + 1)]
+    result = run(two, fleet(*early, now=NOW + 2), {"big": big()}, history=history, now=NOW + 2)
+    assert claims_of(result.actions) == []
+    # a host not heard from lately is not judged here (the planner drops it when stale)
+    stale_b = [stage_host("a", seen=NOW + 59, serving=first.actions), stage_host("b", seen=NOW)]
+    result = run(two, fleet(*stale_b, now=NOW + 60), {"big": big()}, history=history, now=NOW + 60)
+    assert claims_of(result.actions) == []  # a silent host is the planner's to drop
 
 
 def test_a_re_formed_split_claims_every_stage_under_the_next_term() -> None:

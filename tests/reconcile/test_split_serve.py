@@ -182,10 +182,11 @@ def test_a_lost_stage_stops_the_coordinator_engine() -> None:
     the_plan = split_plan(*THREE)
     history = accepted_history(the_plan)
     ready = replace(res("big", ResidencyState.READY, sha=SHA_A), split_term=1)
+    silent_c = replace(staged("c"), last_heartbeat=NOW)  # not heard from for 60 s
     hosts = (
         staged("a", serving("a", 0), residencies=(ready,)),
         staged("b", serving("b", 1)),
-        staged("c"),
+        silent_c,
     )
     result = later(the_plan, fleet(*hosts, now=LATER), {"big": big()}, history=history)
     ((kind, reason),) = _stops(result.actions)
@@ -196,6 +197,31 @@ def test_a_lost_stage_stops_the_coordinator_engine() -> None:
     hosts = (staged("a", serving("a", 0), residencies=(draining,)), *hosts[1:])
     result = later(the_plan, fleet(*hosts, now=LATER), {"big": big()}, history=history)
     assert [k for k, _ in _stops(result.actions)] == ["unload"]
+
+
+def test_a_stage_server_gone_on_a_living_host_re_forms_the_split_under_the_next_term() -> None:
+    the_plan = split_plan(*THREE)
+    history = accepted_history(the_plan)
+    ready = replace(res("big", ResidencyState.READY, sha=SHA_A), split_term=1)
+    hosts = (
+        staged("a", serving("a", 0), residencies=(ready,)),
+        staged("b", serving("b", 1)),
+        staged("c"),  # heartbeats, but its stage is gone
+    )
+    result = later(the_plan, fleet(*hosts, now=LATER), {"big": big()}, history=history)
+    ((kind, reason),) = _stops(result.actions)
+    assert kind == "drain" and "re-formed under term 2 (was 1)" in reason
+    (drain,) = [a for a in result.actions if a.kind is ActionKind.DRAIN]
+    # no availability guard holds it (it keeps nothing available); only one mutation per
+    # host per tick, and the new claim on the same host went first
+    assert drain.blocked == "host_governor"
+    terms = {
+        a.host_id: a.split_claim.coordinator_term
+        for a in claims_of(result.actions)
+        if a.split_claim
+    }
+    assert terms == {"a": 2, "b": 2, "c": 2}
+    assert coordinator_steps(result.actions) == []  # term 2 has no quorum yet
 
 
 def test_a_split_no_longer_planned_or_of_another_term_stops_its_engine() -> None:
