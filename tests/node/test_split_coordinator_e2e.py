@@ -27,6 +27,7 @@ import pytest
 
 from gridctl.config.schemas import validator
 from gridctl.domain.states import HostState, ResidencyState
+from gridctl.node.actuator import HEALTH_FAILURES_BEFORE_FAILED
 from gridctl.node.executor import CommandExecutor
 from gridctl.node.intake import CommandIntake
 from gridctl.node.processes import Liveness, check_identity, signal_proven
@@ -326,6 +327,30 @@ def test_a_coordinator_child_that_dies_takes_its_forwarders(fleet: Fleet) -> Non
     assert after is not None and after.state is ResidencyState.FAILED and after.pid is None
     assert fleet.a.parts.actuator.links.models() == () and not set(ports) & listening_ports()
     assert gone(pid)
+
+
+def test_a_coordinator_failing_its_health_probe_loses_its_forwarders(fleet: Fleet) -> None:
+    pid, ports = warmed(fleet)
+    record = fleet.a.parts.store.residency(MODEL_ID)
+    assert record is not None and record.identity is not None
+    assert signal_proven(record.identity, signal.SIGSTOP)  # alive, but answers nothing
+    try:
+        for _ in range(HEALTH_FAILURES_BEFORE_FAILED):
+            fleet.a.parts.actuator.refresh()
+        after = fleet.a.parts.store.residency(MODEL_ID)
+        assert after is not None and after.state is ResidencyState.FAILED, after
+        assert after.message == "health_check_failed" and after.pid == pid
+        assert fleet.a.parts.actuator.links.models() == () and not set(ports) & listening_ports()
+    finally:
+        signal_proven(record.identity, signal.SIGCONT)
+
+
+def test_a_stopping_node_stops_the_coordinator_and_closes_its_forwarders(fleet: Fleet) -> None:
+    pid, ports = warmed(fleet)
+    notes = fleet.a.parts.actuator.shutdown(idle_timeout=5)
+    assert notes == [f"{MODEL_ID}: pid {pid} stopped"]
+    assert gone(pid) and fleet.a.parts.actuator.links.models() == ()
+    assert not set(ports) & listening_ports()
 
 
 def _nothing_started(fleet: Fleet) -> None:
