@@ -29,6 +29,7 @@ from typing import Any
 from gridctl.domain.actions import SplitServe, SplitServeStage
 from gridctl.errors import WireError
 from gridctl.node.splitlinks import SplitLaunch, stage_address
+from gridctl.node.stageclaims import HeldClaim
 from gridctl.node.stagecommands import StageAnswer
 from gridctl.node.stagehost import StageHost
 from gridctl.split import ClaimKey, FenceReason, StageLoad, judge_load
@@ -105,22 +106,13 @@ def _refused(reason: str, message: str) -> StageAnswer:
     return StageAnswer("rejected", reason, message)
 
 
-def coordinator_warm(
-    stages: StageHost | None, command: Mapping[str, Any], now_ms: int
-) -> SplitLaunch | StageAnswer:
-    """The launch a coordinator warm may make, or the receipt refusing it (nothing started)."""
-    try:
-        serve = split_serve(command.get("split_serve"))
-    except WireError as exc:
-        return _refused("malformed_command", str(exc)[:1024])
-    if stages is None:
-        return _refused("no_stage_host", "this host runs no split stage, so it cannot coordinate")
-    model_id, host_id = str(command["model_id"]), str(command["node_id"])
-    if serve.model_id != model_id:
-        return _refused("model_mismatch", f"split is for {serve.model_id!r}, warm for {model_id!r}")
+def judge_coordinator_warm(
+    held: HeldClaim | None, serve: SplitServe, host_id: str, now_ms: int
+) -> StageAnswer | None:
+    """Why host ``host_id``, holding ``held`` for the serve's model artifact, must refuse
+    to coordinate ``serve`` at ``now_ms``; None when it may. Pure."""
     if serve.coordinator_id != host_id:
         return _refused("not_coordinator", f"the split's coordinator is {serve.coordinator_id!r}")
-    held = stages.book.current(ClaimKey(serve.model_id, serve.package_ref, serve.manifest_sha256))
     current = None if held is None else held.stage_claim.claim
     load = StageLoad(serve.model_id, serve.package_ref, serve.manifest_sha256,
                      serve.coordinator_id, serve.coordinator_term, serve.topology_id,
@@ -149,4 +141,24 @@ def coordinator_warm(
             f"this host accepted stage {own.index + 1} of {own.count}, layers "
             f"{own.layer_start}-{own.layer_end - 1}; the warm lists another topology",
         )
+    return None
+
+
+def coordinator_warm(
+    stages: StageHost | None, command: Mapping[str, Any], now_ms: int
+) -> SplitLaunch | StageAnswer:
+    """The launch a coordinator warm may make, or the receipt refusing it (nothing started)."""
+    try:
+        serve = split_serve(command.get("split_serve"))
+    except WireError as exc:
+        return _refused("malformed_command", str(exc)[:1024])
+    if stages is None:
+        return _refused("no_stage_host", "this host runs no split stage, so it cannot coordinate")
+    model_id = str(command["model_id"])
+    if serve.model_id != model_id:
+        return _refused("model_mismatch", f"split is for {serve.model_id!r}, warm for {model_id!r}")
+    held = stages.book.current(ClaimKey(serve.model_id, serve.package_ref, serve.manifest_sha256))
+    refusal = judge_coordinator_warm(held, serve, str(command["node_id"]), now_ms)
+    if refusal is not None:
+        return refusal
     return SplitLaunch(serve, stages.settings.identity)
