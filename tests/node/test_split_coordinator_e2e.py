@@ -28,11 +28,12 @@ import pytest
 from gridctl.config.schemas import validator
 from gridctl.domain.states import HostState, ResidencyState
 from gridctl.node.actuator import HEALTH_FAILURES_BEFORE_FAILED
+from gridctl.node.agent import NodeAgent
 from gridctl.node.executor import CommandExecutor
 from gridctl.node.intake import CommandIntake
 from gridctl.node.processes import Liveness, check_identity, signal_proven
 from gridctl.node.records import Receipt
-from gridctl.node.reports import allocator_envelope
+from gridctl.node.reports import HostFacts, allocator_envelope
 from gridctl.node.rpctunnel import TlsIdentity
 from gridctl.node.stageclaims import StageAssignment, StageClaim
 from gridctl.node.stagehost import StageHost, StageHostSettings
@@ -48,7 +49,7 @@ from tests.node.conftest import (
     gemma_load,
     stop_children_of,
 )
-from tests.node.controller_harness import wire_command
+from tests.node.controller_harness import running_controller, wire_command
 from tests.node.stage_certs import fleet_ca, fleet_identity
 from tests.node.test_rpc_engine_e2e import _stage_server
 
@@ -289,6 +290,53 @@ def test_the_coordinator_serves_through_its_forwarders_and_unload_takes_them(
     for side in (fleet.a_stage, fleet.b_stage):
         (held,) = side.stages.book.held()
         assert held.serving and held.stage_claim.claim.coordinator_term == 1
+
+
+def test_through_the_real_controller_the_warm_succeeds_and_the_heartbeat_reports_the_split(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    fleet.claim(1)
+    parts = fleet.a.parts
+    parts.actuator.load(gemma_load())
+    with running_controller(tmp_path / "controller") as controller:
+        agent = NodeAgent(
+            facts=HostFacts(host_id="host-a", capacity_mb=8192),
+            actuator=parts.actuator,
+            executor=fleet.a.executor,
+            intake=fleet.a.intake,
+            controller_url=controller.url,
+            token=lambda: controller.token("host-a"),
+            engine_api_key=parts.api_key,
+        )
+        try:
+            agent.register()
+            agent.heartbeat(request_commands=False)
+            inventory = controller.last_inventory()
+            assert inventory is not None
+            (stage_row,) = inventory["allocator"]["split_stages"]
+            assert stage_row["endpoint"] == fleet.a_stage.endpoint()
+            assert (stage_row["stage_index"], stage_row["coordinator_term"]) == (0, 1)
+
+            serve = fleet.serve(1)
+            warm = controller.command(
+                "warm", MODEL_ID, "host-a", "warm-split", artifact_sha256=GEMMA_SHA256,
+                split_serve=serve,
+            )  # fmt: skip
+            controller.enqueue(warm)
+            deadline = time.monotonic() + 240
+            while controller.terminal_ack("warm-split") is None:
+                assert time.monotonic() < deadline, fleet.a.engine_log()
+                agent.cycle()
+                fleet.a.executor.changed.wait(0.2)
+                fleet.a.executor.changed.clear()
+            ack = controller.terminal_ack("warm-split")
+            assert ack is not None and ack["status"] == "succeeded", (ack, fleet.a.engine_log())
+            agent.heartbeat(request_commands=False)
+            row = controller.last_residency(MODEL_ID)
+            assert row is not None and row["state"] == "ready" and row["split_term"] == 1
+            assert controller.refused == []
+        finally:
+            agent.close()
 
 
 def test_a_restarted_node_stops_a_recorded_coordinator_instead_of_adopting_it(
