@@ -12,6 +12,17 @@ identity cannot be proven is fenced (failed, never signalled, port never
 reused). ``recover`` runs once at start and adopts surviving children only with
 that proof.
 
+A warm that coordinates a split (``LifecycleRequest.split``, admitted by the load
+fence in ``splitserve``) first opens one TLS forwarder per stage
+(``splitlinks.CoordinatorLinks``), then starts ``llama-server --rpc`` over them; the
+residency records its ``split_term``. The forwarders are closed whenever that
+residency's child ends or is given up: unload, a failed warm, a child that exits,
+fails its health probe or cannot be proven, and the node stopping (a drain keeps
+them: the engine still serves what it admitted). After a node restart a recorded
+coordinator child is NOT adopted: its forwarders died with the old node process,
+so it is stopped with proof (``stop_proven``, never an unproven PID) and its
+residency ends.
+
 Each method performs one side effect and raises :class:`ActionFailure` with a
 stable reason; the executor turns that into a receipt.
 """
@@ -42,6 +53,7 @@ from gridctl.node.lifecycle import (
 from gridctl.node.processes import Liveness
 from gridctl.node.records import ProcessIdentity, ResidencyRecord
 from gridctl.node.runtimes.adapter import (
+    LaunchOptions,
     RuntimeAdapter,
     RuntimeFailure,
     SharedEngineAdapter,
@@ -50,7 +62,9 @@ from gridctl.node.runtimes.adapter import (
     residency_wait_idle,
     stop_residency,
 )
+from gridctl.node.runtimes.llamacpp import RUNTIME_NAME as LLAMA_CPP
 from gridctl.node.runtimes.registry import RuntimeRegistry, UnknownRuntime
+from gridctl.node.splitlinks import CoordinatorLinks
 from gridctl.node.statestore import NodeStateStore
 from gridctl.transport import socket_family
 
@@ -134,6 +148,7 @@ class HostActuator:
         self._health_failures: dict[str, int] = {}
         self.disk: tuple[int, int] = cache.disk()
         self.queued: dict[str, int] = {}  # model -> requests waiting for a slot (last probe)
+        self.links = CoordinatorLinks()  # split coordinator engines' forwarders, by model
 
     # --- small record helpers -----------------------------------------------------------
 
@@ -144,6 +159,7 @@ class HostActuator:
 
     def _released(self, record: ResidencyRecord, state: ResidencyState, message: str) -> None:
         """The child is gone: drop its handle and port, keep the model's lifecycle row."""
+        self.links.close(record.model_id)  # a coordinator engine's forwarders go with it
         if state is ResidencyState.CACHED and self.store.cached_artifact(record.model_id) is None:
             self.store.delete_residency(record.model_id)
             return
@@ -156,9 +172,11 @@ class HostActuator:
             fenced=False,
             active_requests=0,
             message=message,
+            split_term=None,
         )
 
     def _fence(self, record: ResidencyRecord, message: str) -> None:
+        self.links.close(record.model_id)
         self._set(record, state=ResidencyState.FAILED, fenced=True, message=message)
 
     def _adapter_of(self, record: ResidencyRecord) -> RuntimeAdapter | None:
@@ -216,6 +234,13 @@ class HostActuator:
                 self._released(record, ResidencyState.FAILED, "interrupted_by_restart")
                 return "interrupted step marked failed"
             return f"{record.state.value}, no process"
+        if record.split_term is not None:
+            # a coordinator engine's forwarders died with the old node: never adopted
+            self._stop_and_release(record, "split coordinator not adopted after restart")
+            after = self.store.residency(record.model_id)
+            if after is not None and after.fenced:
+                return f"split coordinator {record.pid} unproven; fenced, never signalled"
+            return f"split coordinator {record.pid} stopped, not adopted (its forwarders died)"
         adapter = self._adapter_of(record)
         if adapter is not None and record.identity is not None and record.port is not None:
             liveness = adapter.adopt(record.model_id, record.identity, record.port)
@@ -304,6 +329,12 @@ class HostActuator:
         self, req: LifecycleRequest, *, cancelled: Callable[[], bool] = lambda: False
     ) -> Outcome:
         adapter = self._adapter_for(req)  # an unknown runtime is refused before anything
+        if req.split is not None and (
+            adapter.name != LLAMA_CPP or isinstance(adapter, SharedEngineAdapter)
+        ):
+            raise ActionFailure(
+                "split_unsupported_runtime", f"{adapter.name} cannot coordinate a split here"
+            )
         with self._lock:
             existing = self.store.residency(req.model_id)
             if existing is not None and existing.has_process:
@@ -319,6 +350,7 @@ class HostActuator:
         with self._lock:
             self._check_memory(req)
             port = self._allocate_port(adapter)
+            options = self._split_options(req)  # the forwarders listen before the engine starts
             record = ResidencyRecord(
                 req.model_id,
                 ResidencyState.WARMING,
@@ -328,11 +360,12 @@ class HostActuator:
                 model_path=entry.path,
                 port=port,
                 message="warming",
+                split_term=req.split_term,
             )
-            self.store.put_residency(record)
             journal = _Journal(self.store, record)
             try:
-                identity = adapter.start(req.model_id, artifact, port, journal, req.launch_options)
+                self.store.put_residency(record)
+                identity = adapter.start(req.model_id, artifact, port, journal, options)
             except BaseException as exc:
                 self._released(journal.record, ResidencyState.FAILED, f"spawn failed: {exc}"[:512])
                 if isinstance(exc, RuntimeFailure):
@@ -353,11 +386,26 @@ class HostActuator:
             row = self.store.residency(req.model_id) or journal.record
             self._set(row, state=ResidencyState.READY, loaded_at=self.clock(), message="ready")
         self.cache.mark_used(req.model_id, self.clock())  # a used entry is never evicted
-        return Outcome(f"ready on port {port} after {waited:.1f}s")
+        split = "" if req.split is None else f" (split of {len(req.split.serve.stages)} stages)"
+        return Outcome(f"ready on port {port} after {waited:.1f}s{split}")
+
+    def _split_options(self, req: LifecycleRequest) -> LaunchOptions:
+        """The warm's launch options; a split's forwarders are opened for its engine."""
+        options = req.launch_options
+        if req.split is None:
+            return options
+        try:
+            rpc_servers = self.links.open(req.model_id, req.split)
+        except (OSError, RuntimeError, TimeoutError) as exc:
+            raise ActionFailure("forwarder_failed", f"split forwarders: {exc}") from exc
+        return replace(options, rpc_servers=rpc_servers, tensor_split=req.split.tensor_split)
 
     def _warm_existing(self, existing: ResidencyRecord, req: LifecycleRequest) -> Outcome:
         if existing.fenced:
             raise ActionFailure("identity_unproven", f"pid {existing.pid} cannot be proven")
+        if existing.split_term != req.split_term:
+            serves = "a whole replica" if existing.split_term is None else "another split term"
+            raise ActionFailure("residency_busy", f"{req.model_id} runs {serves}")
         same_artifact = req.artifact_sha256 in (None, existing.artifact_sha256)
         ready = existing.state is ResidencyState.READY and same_artifact
         if ready and self._liveness(existing) is Liveness.PROVEN:
@@ -546,6 +594,7 @@ class HostActuator:
                 failures = 0 if healthy else self._health_failures.get(before.model_id, 0) + 1
                 self._health_failures[before.model_id] = failures
                 if failures >= HEALTH_FAILURES_BEFORE_FAILED:
+                    self.links.close(current.model_id)  # a failed coordinator reaches no stage
                     self._set(current, state=ResidencyState.FAILED, message="health_check_failed")
                     continue
                 changes: dict[str, object] = {}
@@ -581,4 +630,5 @@ class HostActuator:
                 current = self._set(current, state=ResidencyState.UNLOADING, message="node stop")
             stopped = self._stop_outside_lock(current)
             notes.append(f"{record.model_id}: pid {record.pid} {'stopped' if stopped else 'kept'}")
+        self.links.close_all()  # forwarders never outlive the node process's care
         return notes

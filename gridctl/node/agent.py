@@ -197,6 +197,7 @@ class NodeAgent:
             artifact_bytes_fetched=self.actuator.cache.bytes_fetched,
             shares_engine=self.actuator.shares_engine,
             stage_host=self.executor.stages is not None,
+            split_stages=() if self.executor.stages is None else self.executor.stages.observed(),
         )
         queued = dict(self.actuator.queued)
         rows = envelope.get("residencies")

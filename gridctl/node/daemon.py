@@ -446,10 +446,12 @@ def shutdown(parts: NodeParts, config: NodeConfig) -> None:
     except Exception as exc:  # best effort: the controller may be gone
         log.warning("draining heartbeat: %s", exc)
     parts.executor.stop()
-    if parts.stages is not None:
-        parts.stages.close()  # stage servers and tunnels stop; the claims stay persisted
+    # engines first: a split coordinator here drains while its stages (this host's too)
+    # still serve; its forwarders close with it
     for note in parts.actuator.shutdown(idle_timeout=config.stop_idle_timeout):
         log.info("shutdown %s", note)
+    if parts.stages is not None:
+        parts.stages.close()  # stage servers and tunnels stop; the claims stay persisted
     parts.agent.final_heartbeat()
     parts.agent.close()
     parts.store.close()

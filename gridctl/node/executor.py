@@ -7,6 +7,8 @@ changed since admission — the authority deadline, the dependencies' receipts a
 the local admission decision — then writes ``running`` before acting and the
 terminal receipt (with a monotonic duration and ``artifact_fetched``) after.
 After a restart, receipts left ``accepted`` or ``running`` are marked failed.
+A warm carrying ``split_serve`` passes the split load fence (``splitserve``) first;
+split claims and releases go to the stage host (``stagecommands``).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from gridctl.logs import command_fields
 from gridctl.node.actuator import HostActuator
 from gridctl.node.intake import Admitted
 from gridctl.node.lifecycle import LifecycleRequest, Outcome
-from gridctl.node.stagecommands import SPLIT_KINDS, run_split_command
+from gridctl.node.splitserve import coordinator_warm
+from gridctl.node.stagecommands import SPLIT_KINDS, StageAnswer, run_split_command
 from gridctl.node.stagehost import StageHost
 
 log = logging.getLogger("gridctl.node")
@@ -165,6 +168,14 @@ class CommandExecutor:
             self._finish(command, answer.status, answer.reason, answer.message, duration)
             return
         request = lifecycle_request(command)
+        if command["kind"] == "warm" and "split_serve" in command:
+            # a split's coordinator: fenced on this host's own claim before anything starts
+            launch = coordinator_warm(self.stages, command, int(self.clock() * 1000))
+            if isinstance(launch, StageAnswer):
+                duration = self.monotonic() - started
+                self._finish(command, launch.status, launch.reason, launch.message, duration)
+                return
+            request = replace(request, split=launch)
         try:
             outcome = self._dispatch(request)
         except GridctlError as exc:

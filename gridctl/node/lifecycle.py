@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from gridctl.errors import PermanentError
 from gridctl.node.runtimes.adapter import LaunchOptions
+from gridctl.node.splitlinks import SplitLaunch
 
 
 class ActionFailure(PermanentError):
@@ -60,6 +61,12 @@ class LifecycleRequest:
     embeddings: bool = False  # the warmed engine serves /v1/embeddings
     force: bool = False
     runtime: str | None = None  # the engine kind to warm; None: the host's default runtime
+    # a warm that coordinates a split (passed the load fence): its stages and identity
+    split: SplitLaunch | None = None
+
+    @property
+    def split_term(self) -> int | None:
+        return None if self.split is None else self.split.serve.coordinator_term
 
     @property
     def launch_options(self) -> LaunchOptions:

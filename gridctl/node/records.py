@@ -45,6 +45,9 @@ class ResidencyRecord:
     last_used_at: float | None = None  # wall clock of this node, from /slots activity
     active_requests: int = 0
     message: str = ""
+    # the child is a split's coordinator engine (``llama-server --rpc``) under this
+    # coordinator term; None = a whole replica
+    split_term: int | None = None
 
     @property
     def has_process(self) -> bool:

@@ -11,6 +11,11 @@ A ready (or draining) child that passes its health probe is advertised with its
 ``endpoint`` and ``max_concurrency`` in its residency row, and the envelope then
 carries the host's private ``engine_api_key`` so the controller's router can
 forward; the key travels only inside this authenticated envelope.
+
+A split stage host lists the stages it serves now in ``split_stages`` (each with its
+tunnel's ``host:port``, never the stage server's), and a residency whose engine
+coordinates a split names its coordinator term (``split_term``). Both are left out
+when there is nothing to say, so an older controller reads the same envelope.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from gridctl.domain.fleet import ObservedStage
 from gridctl.domain.states import HostState, ResidencyState
 from gridctl.node.gpus import GpuFacts
 from gridctl.node.records import CachedArtifact, Receipt, ResidencyRecord, Transfer
@@ -132,6 +138,8 @@ def residency_row(
         "ownership": "managed",
         "active_requests": record.active_requests,
     }
+    if record.split_term is not None and record.has_process:
+        row["split_term"] = record.split_term
     if endpoint is not None:
         row["endpoint"] = endpoint
         row["max_concurrency"] = max_concurrency
@@ -167,6 +175,20 @@ def transfer_row(transfer: Transfer) -> dict[str, object]:
     }
 
 
+def split_stage_row(stage: ObservedStage) -> dict[str, object]:
+    """One ``split_stages`` row: a stage this host serves and where it is reached."""
+    return {
+        "model_id": stage.model_id,
+        "coordinator_id": stage.coordinator_id,
+        "coordinator_term": stage.coordinator_term,
+        "stage_index": stage.stage_index,
+        "stage_count": stage.stage_count,
+        "layer_start": stage.layer_start,
+        "layer_end": stage.layer_end,
+        "endpoint": stage.endpoint,
+    }
+
+
 def allocator_envelope(
     state: HostState,
     records: Sequence[ResidencyRecord],
@@ -182,11 +204,13 @@ def allocator_envelope(
     artifact_bytes_fetched: int = 0,
     shares_engine: Callable[[ResidencyRecord], bool] | None = None,
     stage_host: bool = False,
+    split_stages: Sequence[ObservedStage] = (),
 ) -> dict[str, object]:
     """The allocator envelope; ``protection`` adds the router's concurrency multiplier
     and the local protection reasons (no sensor values leave the host); ``transfers``
     are the artifact downloads running now; ``artifact_mirror`` is where peers may
-    fetch this node's verified artifacts."""
+    fetch this node's verified artifacts; ``split_stages`` are the split stages this
+    host serves now (the key is left out when it serves none)."""
     rows = []
     advertised = False
     for record in records:
@@ -215,6 +239,9 @@ def allocator_envelope(
     }
     if artifact_mirror is not None:
         envelope["artifact_mirror"] = artifact_mirror
+    if split_stages:
+        ordered = sorted(split_stages, key=lambda s: (s.model_id, s.stage_index, s.endpoint))
+        envelope["split_stages"] = [split_stage_row(stage) for stage in ordered]
     if advertised:
         envelope["engine_api_key"] = engine_api_key
     if protection is not None:

@@ -24,6 +24,7 @@ import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from gridctl.domain.fleet import ObservedStage
 from gridctl.node.joining import NodeIdentity
 from gridctl.node.processes import observe_launched_identity, stop_proven
 from gridctl.node.records import ProcessIdentity
@@ -46,6 +47,21 @@ class RunningStage:
     def advertised(self) -> tuple[str, int]:
         """Where the coordinator reaches this stage: the tunnel, never the server."""
         return self.tunnel.address
+
+    def observed(self) -> ObservedStage:
+        """This stage as the heartbeat reports it (``split_stages``)."""
+        claim, stage = self.stage_claim.claim, self.stage_claim.stage
+        host, port = self.advertised
+        return ObservedStage(
+            model_id=claim.model_id,
+            coordinator_id=claim.coordinator_id,
+            coordinator_term=claim.coordinator_term,
+            stage_index=stage.index,
+            stage_count=stage.count,
+            layer_start=stage.layer_start,
+            layer_end=stage.layer_end,
+            endpoint=f"{host}:{port}",
+        )
 
 
 @dataclass(frozen=True)
@@ -83,6 +99,10 @@ class StageHost:
     def running(self) -> dict[ClaimKey, RunningStage]:
         with self._lock:
             return dict(self._running)
+
+    def observed(self) -> tuple[ObservedStage, ...]:
+        """Every stage running now, as the heartbeat reports them."""
+        return tuple(running.observed() for running in self.running().values())
 
     def resume(self, now_ms: int) -> None:
         """After a restart: stop stage servers a killed node left, end expired leases,

@@ -53,7 +53,8 @@ CREATE TABLE IF NOT EXISTS residencies (
     last_used_at REAL,
     active_requests INTEGER NOT NULL DEFAULT 0,
     message TEXT NOT NULL DEFAULT '',
-    updated_at REAL NOT NULL
+    updated_at REAL NOT NULL,
+    split_term INTEGER
 );
 CREATE TABLE IF NOT EXISTS cached_artifacts (
     model_id TEXT PRIMARY KEY,
@@ -104,7 +105,8 @@ CREATE TABLE IF NOT EXISTS split_claims (
 
 _RESIDENCY_COLUMNS = (
     "model_id, state, memory_mb, artifact_sha256, runtime, model_path, port, pid, "
-    "create_time, executable, cmdline, fenced, loaded_at, last_used_at, active_requests, message"
+    "create_time, executable, cmdline, fenced, loaded_at, last_used_at, active_requests, message, "
+    "split_term"
 )
 _RECEIPT_COLUMNS = (
     "action_id, kind, model_id, status, message, reason, duration_seconds, artifact_fetched, "
@@ -117,6 +119,7 @@ _ADDED_COLUMNS = (
     ("cached_artifacts", "provenance", "TEXT NOT NULL DEFAULT 'demand'"),
     ("cached_artifacts", "last_used_at", "REAL"),
     ("cached_artifacts", "gguf", "TEXT"),
+    ("residencies", "split_term", "INTEGER"),  # a split coordinator engine's term
 )
 
 
@@ -308,7 +311,7 @@ class NodeStateStore:
     @staticmethod
     def _residency(row: tuple[object, ...]) -> ResidencyRecord:
         (model_id, state, memory_mb, sha, runtime, model_path, port, pid, create_time, exe,
-         cmdline, fenced, loaded_at, last_used_at, active, message) = row  # fmt: skip
+         cmdline, fenced, loaded_at, last_used_at, active, message, split_term) = row  # fmt: skip
         identity = None
         if pid is not None and create_time is not None and exe is not None and cmdline:
             identity = ProcessIdentity(
@@ -332,6 +335,7 @@ class NodeStateStore:
             last_used_at=None if last_used_at is None else float(last_used_at),  # type: ignore[arg-type]
             active_requests=int(active),  # type: ignore[call-overload]
             message=str(message),
+            split_term=None if split_term is None else int(split_term),  # type: ignore[call-overload]
         )
 
     def residencies(self) -> list[ResidencyRecord]:
@@ -349,7 +353,7 @@ class NodeStateStore:
         with self._write() as conn:
             conn.execute(
                 f"INSERT OR REPLACE INTO residencies ({_RESIDENCY_COLUMNS}, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     record.model_id,
                     record.state.value,
@@ -367,6 +371,7 @@ class NodeStateStore:
                     record.last_used_at,
                     record.active_requests,
                     record.message,
+                    record.split_term,
                     time.time(),
                 ),
             )

