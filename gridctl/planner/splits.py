@@ -44,6 +44,8 @@ from dataclasses import replace
 from gridctl.domain import (
     DEFAULT_RUNTIME,
     FleetSnapshot,
+    HostSnapshot,
+    Residency,
     SplitPlacement,
     SplitStage,
     UnsatisfiedCode,
@@ -57,21 +59,41 @@ MIB = 1024 * 1024  # the planner's MB, as bytes for the split planner
 _CAPACITY = UnsatisfiedCode.INSUFFICIENT_CAPACITY
 
 
-def without_split_coordinators(snapshot: FleetSnapshot) -> FleetSnapshot:
-    """The fleet as placement sees it: a split's coordinator engine (a residency with
-    ``split_term``) is part of its split, not a whole replica on its host. Its layers,
-    and their memory, are on the stages the split charges, so it is neither an incumbent
-    replica nor memory of its own; the reconciler keeps or stops it with the split
-    (``reconcile.splitserve``). The same snapshot comes back when there is none."""
-    if not any(r.split_term is not None for h in snapshot.hosts for r in h.residencies):
-        return snapshot
-    hosts = tuple(
-        replace(h, residencies=tuple(r for r in h.residencies if r.split_term is None))
-        if any(r.split_term is not None for r in h.residencies)
-        else h
-        for h in snapshot.hosts
+def _coordinating(host: HostSnapshot) -> frozenset[str]:
+    """Models whose split this host coordinates: it reports serving their first stage
+    with itself as coordinator."""
+    return frozenset(
+        s.model_id for s in host.split_stages or () if s.coordinator_id == host.host_id
     )
-    return replace(snapshot, hosts=hosts)
+
+
+def _split_part(host: HostSnapshot, residency: Residency, coordinating: frozenset[str]) -> bool:
+    return residency.split_term is not None or residency.model_id in coordinating
+
+
+def without_split_coordinators(snapshot: FleetSnapshot) -> FleetSnapshot:
+    """The fleet as placement sees it: a split's coordinator engine is part of its split,
+    not a whole replica on its host. That is a residency with ``split_term``, or any
+    residency of a model on the host that reports coordinating its split (the weights
+    it fetches before warming, say): a host holding a stage of a model never holds a
+    whole replica of it. Its layers, and their memory, are on the stages the split
+    charges, so it is neither an incumbent replica nor memory of its own; the
+    reconciler keeps or stops it with the split (``reconcile.splitserve``). The same
+    snapshot comes back when there is none."""
+    if not any(
+        h.split_stages or any(r.split_term is not None for r in h.residencies)
+        for h in snapshot.hosts
+    ):
+        return snapshot  # (nearly every fleet: no host serves a split)
+    changed = False
+    hosts: list[HostSnapshot] = []
+    for host in snapshot.hosts:
+        coordinating = _coordinating(host)
+        kept = tuple(r for r in host.residencies if not _split_part(host, r, coordinating))
+        if len(kept) != len(host.residencies):
+            host, changed = replace(host, residencies=kept), True
+        hosts.append(host)
+    return replace(snapshot, hosts=tuple(hosts)) if changed else snapshot
 
 
 def place_splits(ws: Workspace) -> None:

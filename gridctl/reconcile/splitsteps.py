@@ -93,11 +93,14 @@ def lease_due(entry: HistoryEntry | None, now: float) -> bool:
 
 
 def broken_generations(history: Sequence[HistoryEntry], view: FleetView) -> frozenset[str]:
-    """Generations a stage host accepted and, heard from since, no longer serves.
+    """Generations that cannot serve again: a stage of theirs was released, or a stage
+    host accepted the claim and, heard from since, no longer serves it.
 
-    The newest succeeded claim of each (host, model, generation) counts when its host
-    is fresh, a heartbeat observed after the receipt does not report that stage (its
-    stage server died, say), and the stage was not released on purpose.
+    The newest succeeded claim of each (host, model, generation) counts when its stage
+    was released since (a split re-formed on the same hosts after a release is a new
+    generation, so no late command of the old one applies to it), or when its host is
+    fresh and a heartbeat observed after the receipt does not report that stage (its
+    stage server died, say).
     """
     released = succeeded_keys(history, ActionKind.SPLIT_RELEASE)
     broken: set[str] = set()
@@ -108,6 +111,7 @@ def broken_generations(history: Sequence[HistoryEntry], view: FleetView) -> froz
         if ActionKey(ActionKind.SPLIT_RELEASE, key.host_id, key.model_id, key.artifact_sha256) in (
             released
         ):
+            broken.add(claim_generation(claim))
             continue
         seen = view.observed_at(entry.host_id)
         host = view.host(entry.host_id)

@@ -251,6 +251,35 @@ def test_the_planner_does_not_count_a_coordinator_engine_as_a_replica() -> None:
     assert [r.model_id for r in seen.hosts[0].residencies] == ["small"]
     plain = fleet(staged("b"), now=LATER)
     assert without_split_coordinators(plain) is plain
+    # the weights the coordinator fetches before warming are the split's too
+    loading = res("big", ResidencyState.LOADING, sha=SHA_A)
+    snapshot = fleet(*whole_fleet(a=(loading, other)), now=LATER)
+    assert [r.model_id for r in without_split_coordinators(snapshot).hosts[0].residencies] == [
+        "small"
+    ]
+    # but not on a host that serves a stage of a split another host coordinates
+    on_b = fleet(staged("b", serving("b", 1), residencies=(loading,)), now=LATER)
+    assert without_split_coordinators(on_b) is on_b
+
+
+def test_a_released_generation_is_re_formed_under_the_next_term() -> None:
+    from tests.reconcile.test_split_actions import _succeeded
+
+    the_plan = split_plan(*THREE)
+    history = accepted_history(the_plan)
+    # the split left the plan for a tick: b and c were released
+    released = later(plan(), fleet(*whole_fleet(), now=LATER), {"big": big()}, history=history)
+    stops = [a for a in released.actions if a.kind is ActionKind.SPLIT_RELEASE]
+    assert {a.host_id for a in stops} == {"a", "b", "c"}
+    after = [*history, *(_succeeded(a, LATER + 1) for a in stops)]
+    hosts = tuple(replace(staged(h), last_heartbeat=LATER + 59) for h in "abc")
+    back = run(
+        the_plan, fleet(*hosts, now=LATER + 60), {"big": big()}, history=after, now=LATER + 60
+    )
+    terms = {
+        a.host_id: a.split_claim.coordinator_term for a in claims_of(back.actions) if a.split_claim
+    }
+    assert terms == {"a": 2, "b": 2, "c": 2}
 
 
 @given(st.sets(st.integers(0, 2)), st.sets(st.integers(0, 2)))
