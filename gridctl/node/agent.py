@@ -121,7 +121,9 @@ class NodeAgent:
         self._engine_api_key = engine_api_key
         self.heartbeat_seconds = heartbeat_seconds
         self.clock, self.monotonic = clock, monotonic
-        self._sample = sample or (lambda records: sample_resources(actuator.cache.root, records))
+        self._sample = sample or (
+            lambda records: sample_resources(actuator.cache.root, records, self._stage_pids())
+        )
         plain = not any(url.lower().startswith("https:") for url in self.controllers.urls)
         if verify is True and plain:
             # plain HTTP (to loopback only: ``require_safe_controller_url``) makes no TLS
@@ -154,6 +156,11 @@ class NodeAgent:
 
     def close(self) -> None:
         self._client.close()
+
+    def _stage_pids(self) -> list[int]:
+        """The stage servers this node runs for splits: managed memory, not external."""
+        stages = self.executor.stages
+        return [] if stages is None else [r.server.pid for r in stages.running().values()]
 
     # --- host state and reports -------------------------------------------------------
 

@@ -246,6 +246,7 @@ def build_node(
     agent_ref.append(agent)
     if stages is not None:
         agent.housekeeping.append(lambda: stages.expire(int(clock() * 1000)))
+        agent.housekeeping.append(stages.reap)  # a stage server that died is not served
     return NodeParts(store, actuator, executor, intake, agent, protection, idle_fallback, stages)
 
 

@@ -35,13 +35,28 @@ def managed_rss_mb(records: Iterable[ResidencyRecord]) -> int:
     return total // MIB
 
 
-def sample_resources(artifact_root: Path, records: Iterable[ResidencyRecord]) -> ResourceSample:
+def processes_rss_mb(pids: Iterable[int]) -> int:
+    """Resident memory of other processes this node runs (a split's stage servers)."""
+    total = 0
+    for pid in pids:
+        try:
+            total += psutil.Process(pid).memory_info().rss
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return total // MIB
+
+
+def sample_resources(
+    artifact_root: Path, records: Iterable[ResidencyRecord], other_pids: Iterable[int] = ()
+) -> ResourceSample:
+    """One sample of the machine. ``other_pids``: processes the node runs besides its
+    engines (a split's stage servers), managed memory too, never an external workload's."""
     memory = psutil.virtual_memory()
     disk = shutil.disk_usage(artifact_root)
     return ResourceSample(
         total_mb=int(memory.total // MIB),
         available_mb=int(memory.available // MIB),
-        managed_rss_mb=managed_rss_mb(records),
+        managed_rss_mb=managed_rss_mb(records) + processes_rss_mb(other_pids),
         disk_free_mb=int(disk.free // MIB),
         disk_total_mb=int(disk.total // MIB),
     )

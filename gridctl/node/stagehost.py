@@ -20,6 +20,7 @@ public method holds one lock.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -33,6 +34,8 @@ from gridctl.node.stageclaims import ClaimOutcome, StageClaim, StageClaimBook
 from gridctl.node.stageservers import RunningStageServer, start_stage_server, stop_process_tree
 from gridctl.node.statestore import NodeStateStore
 from gridctl.split import ClaimKey, StopDecision, StopRequest
+
+log = logging.getLogger("gridctl.node")
 
 
 @dataclass(frozen=True)
@@ -144,6 +147,28 @@ class StageHost:
             for stage_claim in ended:
                 self._stop(stage_claim.key)
             return ended
+
+    def reap(self) -> tuple[StageClaim, ...]:
+        """Stop serving every stage whose stage server exited (killed, crashed): close
+        its tunnel and stop reporting it. Its claim stays accepted, so a late command of
+        an older term is still refused; the controller, no longer seeing the stage,
+        claims the split afresh under a newer term, which starts a new stage server."""
+        with self._lock:
+            dead = [
+                running.stage_claim
+                for running in self._running.values()
+                if running.server.process.poll() is not None
+            ]
+            for stage_claim in dead:
+                claim = stage_claim.claim
+                log.warning(
+                    "the stage server of %s (term %d) exited %s; the stage is no longer served",
+                    claim.model_id,
+                    claim.coordinator_term,
+                    self._running[stage_claim.key].server.process.returncode,
+                )
+                self._stop(stage_claim.key)
+            return tuple(dead)
 
     def close(self) -> None:
         """Stop every stage server and tunnel (the claims stay persisted)."""

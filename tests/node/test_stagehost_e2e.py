@@ -136,3 +136,22 @@ def test_a_killed_nodes_stage_server_is_stopped_and_replaced_on_resume(
         host._running.clear()  # the dead node's handles: its process is already gone
         again.close()
         store.close()
+
+
+def test_a_stage_server_that_dies_stops_being_served_and_its_claim_still_fences(
+    host: StageHost,
+) -> None:
+    host.offer(gemma_claim(5), NOW)
+    first = _only(host)
+    assert host.reap() == ()  # alive: nothing to reap
+    first.server.process.kill()
+    first.server.process.wait(timeout=10)
+    assert host.reap() == (gemma_claim(5),)
+    assert host.running() == {} and host.observed() == ()
+    assert _refuses_connections(first.advertised[1])  # its tunnel is closed
+    # the claim is still the accepted one: an older term is refused, a newer one serves
+    assert host.offer(gemma_claim(4), NOW + 1).decision.reason == "stale_term"
+    host.offer(gemma_claim(6, topology="t6"), NOW + 2)
+    replacement = _only(host)
+    assert replacement.server.pid != first.server.pid
+    assert replacement.stage_claim.claim.coordinator_term == 6
