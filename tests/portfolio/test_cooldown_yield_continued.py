@@ -118,10 +118,8 @@ def test_a_yield_never_leaves_a_workload_the_victim_served_without_a_ready_model
     ready = routable_models(data.snapshot, data.profiles, data.policy)
     mapping = dict(result.mapping)
     for p in result.plan.preemptions:
-        if not yields_cooldown_hold(p) or p.model_id not in served.values():
+        if not yields_cooldown_hold(p):
             continue
-        # it ended a starvation: the beneficiary serves a workload nothing answered
-        assert any(m == p.beneficiary and w not in served for w, m in mapping.items())
         for w, model_id in served.items():
             if model_id == p.model_id:
                 assert mapping.get(w) not in (None, p.model_id)
