@@ -19,7 +19,7 @@ from gridctl.domain import Plan, ResidencyState
 from gridctl.planner.portfolio import plan_portfolio
 from gridctl.planner.portfolio_admission import routable_models
 from gridctl.planner.portfolio_scan import serving_workloads
-from gridctl.planner.portfolio_search import SearchState, continues_served, starving
+from gridctl.planner.portfolio_search import SearchState, continues_served
 from gridctl.planner.preemption import yields_cooldown_hold
 from tests.portfolio.builders import NOW, box, inputs, model, resident, workload
 from tests.portfolio.test_inherited_preemptions import state
@@ -80,13 +80,6 @@ def test_continuation_needs_another_ready_model_for_every_workload_it_serves() -
     assert not continues_served(_search(served, {"coder"}), both, "coder")
     # a model no admitted workload is answered with is continued trivially
     assert continues_served(search, (), "embed")
-
-
-def test_only_a_workload_no_ready_model_answers_is_starving() -> None:
-    search = _search({"coding": "coder"}, {"coder"})
-    assert starving(search, (("embedding", "embed"), ("coding", "general")), "embed")
-    assert not starving(search, (("coding", "embed"),), "embed")  # coding is answered
-    assert not starving(search, (("embedding", None),), "embed")  # embed serves nothing
 
 
 @settings(max_examples=60, deadline=None)
