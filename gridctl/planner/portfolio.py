@@ -39,7 +39,6 @@ from gridctl.planner.portfolio_search import (
     breadth_of,
     evaluate,
     exploring_models,
-    only_in_use,
     preemption_only_models,
     rank_candidates,
     search,
@@ -171,13 +170,10 @@ def plan_portfolio(inputs: PortfolioInputs) -> PortfolioResult:
         ranked[workload] = rank_candidates(
             every[workload], breadth, policy.portfolio_max_candidates_per_workload
         )
-    # a workload whose candidates are reachable only by taking a model another workload
-    # uses is still shut out: that path is valid only once the search frees it
     shut_out = frozenset(
         w
         for w in active
-        if all(only_in_use(r) for r in ranked[w])
-        and any(r.compatible_hosts > 0 and r.suitability > 0 for r in every[w])
+        if not ranked[w] and any(r.compatible_hosts > 0 and r.suitability > 0 for r in every[w])
     )
     state = SearchState(inputs, planner, base, gates, demand, ranked, {}, shut_out=shut_out)
     best = search(state, active) if active else None

@@ -336,9 +336,8 @@ class FeasibilityScan:
             for host, victims in sorted(by_host.items()):
                 tried.add(host)
                 if not set(victims) & self.protected:
-                    taken = host in in_use
-                    path = PreemptionPath(host, tuple(sorted(victims)), in_use=taken)
-                    (later if taken else paths).append(path)
+                    path = PreemptionPath(host, tuple(sorted(victims)))
+                    (later if host in in_use else paths).append(path)
         return tuple((paths + later)[:limit])
 
     def _ready_elsewhere(self, model_id: str, host_id: str) -> int:

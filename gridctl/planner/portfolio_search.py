@@ -272,13 +272,10 @@ def judge(state: SearchState, mapping: Mapping_, plan: Plan) -> Evaluation:
         if (
             yields_cooldown_hold(p)
             and p.model_id in state.serving
-            and not (
-                starving(state, mapping, p.beneficiary)
-                and continues_served(state, mapping, p.model_id)
-            )
+            and not continues_served(state, mapping, p.model_id)
         ):
-            # an admitted workload uses it: it yields only to end a workload's starvation,
-            # and only when this mapping keeps that workload on another ready model
+            # an admitted workload uses it and this mapping leaves that workload without
+            # another ready model
             return Evaluation(mapping, False, (), (), f"would preempt {p.model_id}")
         if p.model_id in selected and not (
             yields_cooldown_hold(p) and counts.get(p.model_id, 0) > 0
@@ -314,20 +311,13 @@ def judge(state: SearchState, mapping: Mapping_, plan: Plan) -> Evaluation:
     return Evaluation(mapping, True, objective, tuple(covered))
 
 
-def starving(state: SearchState, mapping: Mapping_, model_id: str) -> bool:
-    """Is ``model_id`` mapped to an admitted workload no ready model answers now?"""
-    return any(m == model_id and w not in state.served for w, m in mapping)
-
-
 def continues_served(state: SearchState, mapping: Mapping_, model_id: str) -> bool:
     """Does ``mapping`` continue every admitted workload the router answers with
     ``model_id`` on another model that is ready now? Then an idle replica of it that only
-    the cooldown keeps may yield to a starving workload (``starving``): the specialist is
-    replaced by a portfolio that keeps every workload that justified it served, without
-    a gap (allocator.md: "a safe preemption candidate may replace a sole speculative
-    specialist when it continues every active workload that justified the victim"; the
-    late binding "lets a newly active workload replace an idle specialist instead of
-    remaining permanently invisible behind a full model slot")."""
+    the cooldown keeps may yield: the specialist is replaced by a portfolio that keeps
+    every workload that justified it served, without a gap (allocator.md: "a safe
+    preemption candidate may replace a sole speculative specialist when it continues
+    every active workload that justified the victim")."""
     chosen = dict(mapping)
     for workload, serving in state.served.items():
         if serving != model_id:
@@ -416,23 +406,15 @@ def _mapping_key(mapping: Mapping_) -> tuple[tuple[str, str], ...]:
 
 
 def leaders(state: SearchState, workloads: Sequence[str]) -> Mapping_:
-    """Each workload's exploitation leader: the search's starting point. A candidate
-    reachable only by taking a model a workload uses is not a leader: it is valid only
-    once the search has moved that workload elsewhere (``continues_served``)."""
     chosen: list[tuple[str, str | None]] = []
     for w in workloads:
-        rows = tuple(r for r in state.candidates.get(w, ()) if not only_in_use(r))
+        rows = state.candidates.get(w, ())
         if not rows:
             chosen.append((w, None))
             continue
         leader = min(rows, key=lambda r: (-r.exploitation_utility, r.model_id))
         chosen.append((w, leader.model_id))
     return tuple(chosen)
-
-
-def only_in_use(row: CandidateRow) -> bool:
-    """Usable only by a preemption path that takes a model a workload uses."""
-    return row.preemption_only and all(p.in_use for p in row.preemption_paths)
 
 
 def coordinate_search(state: SearchState, start: Mapping_) -> Evaluation | None:

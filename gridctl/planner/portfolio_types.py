@@ -63,16 +63,12 @@ class PreemptionPath:
     ``replacement`` marks a path that removes an active speculative victim's only
     ready copy: allowed only for a mature beneficiary with at least
     ``replacement_pressure_ratio`` x the victim's pressure (``victim_pressure``).
-    ``in_use`` marks a path that takes a cooldown-held model an admitted workload is
-    answered with: valid only in a portfolio that continues that workload on another
-    ready model, so such a path is never part of the search's starting point.
     """
 
     host_id: str
     victims: tuple[str, ...]
     replacement: bool = False
     victim_pressure: float = 0.0
-    in_use: bool = False
 
 
 @dataclass(frozen=True, slots=True)
