@@ -154,18 +154,6 @@ def serving_model(
     new work and whose heartbeat is fresh; None when there is none."""
     by_name = {p.name: p for p in profiles}
     scorers = ranked_scorers({p.name: p.workload_scores for p in profiles}, workload)
-    live = routable_models(snapshot, profiles, policy)
-    for _score, name in scorers:
-        if name in live:
-            return by_name[name]
-    return None
-
-
-def routable_models(
-    snapshot: FleetSnapshot, profiles: Sequence[ModelProfile], policy: ControllerPolicy
-) -> frozenset[str]:
-    """Profiles with a READY copy of their exact artifact on a host that admits new work
-    and whose heartbeat is fresh: the models the router can answer with now."""
     live = {
         (r.model_id, r.artifact_sha256)
         for h in snapshot.hosts
@@ -175,11 +163,12 @@ def routable_models(
         for r in h.residencies
         if r.state is ResidencyState.READY
     }
-    return frozenset(
-        p.name
-        for p in profiles
-        if any(m == p.name and p.artifact.sha256 in (None, sha) for m, sha in live)
-    )
+    for _score, name in scorers:
+        profile = by_name[name]
+        sha = profile.artifact.sha256
+        if any(m == profile.name and (sha is None or s == sha) for m, s in live):
+            return profile
+    return None
 
 
 def _served_below_gate(

@@ -217,19 +217,13 @@ def workload_pressure(demand: WorkloadDemand) -> float:
 def serving_active(inputs: PortfolioInputs, workloads: Iterable[str]) -> frozenset[str]:
     """The models the router answers the admitted ``workloads`` with now. The scale-down
     cooldown is not what keeps them: a workload uses them, so a probe that sees only
-    the cooldown behind one must not take it (``held_idle``) unless the portfolio
-    continues those workloads on another ready model (``continues_served``)."""
-    return frozenset(serving_workloads(inputs, workloads).values())
-
-
-def serving_workloads(inputs: PortfolioInputs, workloads: Iterable[str]) -> dict[str, str]:
-    """Admitted workload -> the model the router answers it with now (when one is ready)."""
-    found: dict[str, str] = {}
+    the cooldown behind one must not take it (``held_idle``)."""
+    found = set()
     for workload in workloads:
         model = serving_model(inputs.snapshot, inputs.profiles, workload, inputs.policy)
         if model is not None:
-            found[workload] = model.name
-    return found
+            found.add(model.name)
+    return frozenset(found)
 
 
 def canary(model_id: str) -> ModelDemand:
@@ -308,15 +302,11 @@ class FeasibilityScan:
         Each probe gives the candidate direct-class demand; the host the planner
         stages is then denied to it and the planner asked again, so the ranking is
         the planner's own and every path is proved, not assumed. Paths that would
-        displace a protected model are dropped. A path that takes a cooldown-held model
-        an admitted workload uses comes after every other path: it is valid only in a
-        portfolio that continues those workloads elsewhere (the judge's
-        ``continues_served``).
+        displace a protected model are dropped.
         """
         demand = [ModelDemand(model_id, requests_per_minute=1e-6, confidence=0.0)]
         limit = self.inputs.policy.preemption_path_limit
         paths: list[PreemptionPath] = []
-        later: list[PreemptionPath] = []  # paths that take a model a workload uses
         tried: set[str] = set()
         for _ in range(len(self.inputs.snapshot.hosts)):
             if len(paths) >= limit:
@@ -335,10 +325,9 @@ class FeasibilityScan:
                 break
             for host, victims in sorted(by_host.items()):
                 tried.add(host)
-                if not set(victims) & self.protected:
-                    path = PreemptionPath(host, tuple(sorted(victims)))
-                    (later if host in in_use else paths).append(path)
-        return tuple((paths + later)[:limit])
+                if not set(victims) & self.protected and host not in in_use:
+                    paths.append(PreemptionPath(host, tuple(sorted(victims))))
+        return tuple(paths[:limit])
 
     def _ready_elsewhere(self, model_id: str, host_id: str) -> int:
         profile = self._profiles.get(model_id)

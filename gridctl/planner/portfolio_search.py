@@ -44,11 +44,10 @@ from dataclasses import dataclass
 
 from gridctl.demand.learning import WorkloadDemand
 from gridctl.domain import FleetSnapshot, ModelDemand, ModelProfile, Plan, ResidencyState
-from gridctl.planner.portfolio_admission import routable_models
 from gridctl.planner.portfolio_scan import (
     deny,
     protected_models,
-    serving_workloads,
+    serving_active,
     validated_canary,
     with_demand,
     workload_confidence,
@@ -93,18 +92,8 @@ class SearchState:
 
     @functools.cached_property
     def serving(self) -> frozenset[str]:
-        """Models the router answers an admitted workload with now."""
-        return frozenset(self.served.values())
-
-    @functools.cached_property
-    def served(self) -> dict[str, str]:
-        """Admitted workload -> the model the router answers it with now."""
-        return serving_workloads(self.inputs, [w for w, g in self.gates.items() if g.admitted])
-
-    @functools.cached_property
-    def routable(self) -> frozenset[str]:
-        """Models with a READY copy of their exact artifact the router can use now."""
-        return routable_models(self.inputs.snapshot, self.inputs.profiles, self.inputs.policy)
+        """Models the router answers an admitted workload with now (``serving_active``)."""
+        return serving_active(self.inputs, [w for w, g in self.gates.items() if g.admitted])
 
     @property
     def budget_left(self) -> bool:
@@ -269,13 +258,8 @@ def judge(state: SearchState, mapping: Mapping_, plan: Plan) -> Evaluation:
             continue  # the base plan's own move (direct or baseline authority), not the portfolio's
         if p.model_id in protected:
             return Evaluation(mapping, False, (), (), f"would preempt {p.model_id}")
-        if (
-            yields_cooldown_hold(p)
-            and p.model_id in state.serving
-            and not continues_served(state, mapping, p.model_id)
-        ):
-            # an admitted workload uses it and this mapping leaves that workload without
-            # another ready model
+        if yields_cooldown_hold(p) and p.model_id in state.serving:
+            # an admitted workload uses it, whatever this mapping gives it
             return Evaluation(mapping, False, (), (), f"would preempt {p.model_id}")
         if p.model_id in selected and not (
             yields_cooldown_hold(p) and counts.get(p.model_id, 0) > 0
@@ -309,23 +293,6 @@ def judge(state: SearchState, mapping: Mapping_, plan: Plan) -> Evaluation:
         state, covered, used, float(missing), round(utility, 9), round(transition, 9)
     )
     return Evaluation(mapping, True, objective, tuple(covered))
-
-
-def continues_served(state: SearchState, mapping: Mapping_, model_id: str) -> bool:
-    """Does ``mapping`` continue every admitted workload the router answers with
-    ``model_id`` on another model that is ready now? Then an idle replica of it that only
-    the cooldown keeps may yield: the specialist is replaced by a portfolio that keeps
-    every workload that justified it served, without a gap (allocator.md: "a safe
-    preemption candidate may replace a sole speculative specialist when it continues
-    every active workload that justified the victim")."""
-    chosen = dict(mapping)
-    for workload, serving in state.served.items():
-        if serving != model_id:
-            continue
-        other = chosen.get(workload)
-        if other is None or other == model_id or other not in state.routable:
-            return False
-    return True
 
 
 def _objective(
