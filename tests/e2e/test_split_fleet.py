@@ -14,6 +14,10 @@ stage host's term. All real processes, TLS from the fleet CA, in network namespa
 from __future__ import annotations
 
 import itertools
+import json
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -121,3 +125,160 @@ def test_a_model_no_host_holds_is_served_split_across_three_hosts(split_world: W
     answer = world.chat()
     assert answer["text"].strip() and answer["stream"].strip(), answer
     assert GEMMA in answer["models"]
+
+
+POLICY = """\
+apiVersion: gridctl/v1
+kind: ControllerPolicy
+metadata:
+  name: e2e
+spec:
+  mode: automatic
+  heartbeat_stale_seconds: 5
+  mutation_cooldown_seconds: 1
+"""
+
+# chat requests until told to stop; every answer the router gives with 200 must be a
+# whole one (a non-empty completion), whatever happens to the split meanwhile
+TRAFFIC = """
+import json, ssl, sys, time
+from pathlib import Path
+import httpx
+args = json.loads(sys.stdin.read())
+ctx = ssl.create_default_context(cafile=args["ca"])
+ok, failed, empty = 0, 0, 0
+end = time.monotonic() + args["seconds"]
+with httpx.Client(verify=ctx, timeout=60) as client:
+    while time.monotonic() < end and not Path(args["stop"]).exists():
+        try:
+            r = client.post(args["base"] + "/chat/completions",
+                            headers={"Authorization": "Bearer " + args["key"]},
+                            json={"model": args["model"], "max_tokens": 4,
+                                  "messages": [{"role": "user", "content": "Hello"}]})
+        except httpx.HTTPError:
+            failed += 1
+            time.sleep(0.2)
+            continue
+        if r.status_code != 200:
+            failed += 1
+            time.sleep(0.2)
+            continue
+        text = r.json()["choices"][0]["message"].get("content") or ""
+        ok += 1
+        empty += 0 if text.strip() else 1
+Path(args["out"]).write_text(json.dumps({"ok": ok, "failed": failed, "empty": empty}))
+"""
+
+
+@pytest.fixture
+def four_host_world(netfleet: NetFleet, tmp_path: Path) -> Iterator[World]:
+    profile = profile_yaml(GEMMA, min_replicas=1, max_replicas=1, extra=SPLIT)
+    world = start_world(
+        netfleet,
+        tmp_path,
+        {f"{GEMMA}.yaml": profile, "policy.yaml": POLICY},
+        hosts=("a", "b", "c", "d"),
+        capacity_mb=550,
+    )
+    try:
+        yield world
+    finally:
+        stop_world(world)
+
+
+def serving_term(world: World, term: int) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The split once its coordinator engine of ``term`` is routable."""
+    found = serving_split(world)
+    if found is None:
+        return None
+    split, status = found
+    for host in status["hosts"]:
+        for row in host["residencies"]:
+            if row["model_id"] == GEMMA and row.get("split_term") == term and row.get("routable"):
+                return split, status
+    return None
+
+
+def stage_terms(status: dict[str, Any]) -> dict[str, int]:
+    return {
+        h["host_id"]: row["coordinator_term"]
+        for h in status["hosts"]
+        for row in h.get("split_stages") or ()
+        if row["model_id"] == GEMMA
+    }
+
+
+def stage_servers(world: World, name: str) -> list[psutil.Process]:
+    node = psutil.Process(world.nodes[name].pid)
+    return [p for p in node.children(recursive=True) if "rpc-server" in p.name()]
+
+
+def test_a_killed_stage_re_forms_the_split_under_the_next_term(four_host_world: World) -> None:
+    world = four_host_world
+    split, status = wait_for("the split serving", lambda: serving_term(world, 1), deadline=420)
+    stages = [s["host_id"] for s in split["stages"]]
+    assert stage_terms(status) == dict.fromkeys(stages, 1)
+    assert world.chat()["text"].strip()
+
+    stop, out = world.tmp / "traffic.stop", world.tmp / "traffic.json"
+    traffic = world.ctl.popen([sys.executable, "-c", TRAFFIC], stdin=subprocess.PIPE)
+    assert traffic.stdin is not None
+    traffic.stdin.write(
+        json.dumps(
+            {
+                "ca": world.ca,
+                "base": world.url + "/v1",
+                "key": world.router_key,
+                "model": GEMMA,
+                "stop": str(stop),
+                "out": str(out),
+                "seconds": 600,
+            }
+        ).encode()
+    )
+    traffic.stdin.close()
+
+    # --- SIGKILL of a stage's rpc-server on a living host: term 2, on the same hosts
+    victim = stages[1].removeprefix("host-")
+    (server,) = stage_servers(world, victim)
+    server.send_signal(signal.SIGKILL)
+    split2, status2 = wait_for(
+        "the split re-formed under term 2", lambda: serving_term(world, 2), deadline=300
+    )
+    assert [s["host_id"] for s in split2["stages"]] == stages
+    assert stage_terms(status2) == dict.fromkeys(stages, 2)
+    assert world.chat()["text"].strip()
+
+    # --- SIGKILL of a stage's node daemon: re-formed on the hosts left, under term 3
+    dead = stages[2]
+    world.nodes[dead.removeprefix("host-")].send_signal(signal.SIGKILL)
+    split3, status3 = wait_for(
+        "the split re-formed under term 3", lambda: serving_term(world, 3), deadline=300
+    )
+    assert dead not in [s["host_id"] for s in split3["stages"]]
+    assert len(split3["stages"]) == 3
+    formed = [s["host_id"] for s in split3["stages"]]
+    assert {h: t for h, t in stage_terms(status3).items() if h in formed} == dict.fromkeys(
+        formed, 3
+    )
+    assert world.chat()["text"].strip()
+
+    stop.touch()
+    assert traffic.wait(timeout=120) == 0
+    served = json.loads(out.read_text())
+    print(f"requests through two re-formations: {served}")
+    assert served["ok"] >= 1 and served["empty"] == 0, served  # never a half-formed answer
+
+    # --- one host more gone: two hosts cannot hold it, and the plan says why
+    last = split3["stages"][1]["host_id"]
+    world.nodes[last.removeprefix("host-")].send_signal(signal.SIGKILL)
+
+    def unsatisfied() -> str | None:
+        status = world.status()
+        rows = [u for u in status["plan"].get("unsatisfied") or () if u["model_id"] == GEMMA]
+        if rows and not status["plan"].get("splits"):
+            return str(rows[0]["message"])
+        return None
+
+    why = wait_for("the split reported unsatisfied", unsatisfied, deadline=120)
+    assert "split:" in why, why
