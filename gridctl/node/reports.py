@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from gridctl.config.splitstages import stage_json
 from gridctl.domain.fleet import ObservedStage
 from gridctl.domain.states import HostState, ResidencyState
 from gridctl.node.gpus import GpuFacts
@@ -175,20 +176,6 @@ def transfer_row(transfer: Transfer) -> dict[str, object]:
     }
 
 
-def split_stage_row(stage: ObservedStage) -> dict[str, object]:
-    """One ``split_stages`` row: a stage this host serves and where it is reached."""
-    return {
-        "model_id": stage.model_id,
-        "coordinator_id": stage.coordinator_id,
-        "coordinator_term": stage.coordinator_term,
-        "stage_index": stage.stage_index,
-        "stage_count": stage.stage_count,
-        "layer_start": stage.layer_start,
-        "layer_end": stage.layer_end,
-        "endpoint": stage.endpoint,
-    }
-
-
 def allocator_envelope(
     state: HostState,
     records: Sequence[ResidencyRecord],
@@ -241,7 +228,7 @@ def allocator_envelope(
         envelope["artifact_mirror"] = artifact_mirror
     if split_stages:
         ordered = sorted(split_stages, key=lambda s: (s.model_id, s.stage_index, s.endpoint))
-        envelope["split_stages"] = [split_stage_row(stage) for stage in ordered]
+        envelope["split_stages"] = [stage_json(stage) for stage in ordered]
     if advertised:
         envelope["engine_api_key"] = engine_api_key
     if protection is not None:
