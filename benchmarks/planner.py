@@ -24,7 +24,7 @@ Then, for 64x32 and 1,000x200 of each shape (``tickbench``): the median
 ``gridctl plan DIR --against SNAP.json`` (text and ``--json``) run in a fresh
 process on the fleet written as files: wall time, wall time after the
 interpreter's own start (``python -c pass``, printed), output bytes and the
-child's peak memory. ``--tick`` prints only that part.
+child's CPU time and peak memory. ``--tick`` prints only that part.
 
     python benchmarks/planner.py [--runs N] [--cold | --mixed] [--profile SIZE] [--saturated]
                                  [--tick]

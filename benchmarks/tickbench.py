@@ -9,10 +9,12 @@ directory and a wire snapshot file), times ``compute_tick`` and
 ``outcome_document`` in-process, and runs ``gridctl plan DIR --against
 SNAP.json`` (text, ``--json`` and ``--explain MODEL --json``) in fresh
 processes, reporting the minimum and median wall time (a shared machine is
-noisy: the minimum is the machine's best, the median its usual), output bytes
-and the child's peak memory (``os.wait4``'s rusage), beside the interpreter's
-own start (``python -c pass``). The ``--explain`` run checks that the model's
-explanation has a row for every host of the fleet.
+noisy: the minimum is the machine's best, the median its usual), the child's
+CPU time (user + system: what the child itself spent, less disturbed by other
+load than wall time), output bytes and the child's peak memory (``os.wait4``'s
+rusage), beside the interpreter's own start (``python -c pass``). The
+``--explain`` run checks that the model's explanation has a row for every host of
+the fleet.
 
 A child reads its bytecode from a cache, as an installed ``gridctl`` does: with
 ``PYTHONDONTWRITEBYTECODE`` set (as on a shared test machine) every fresh process
@@ -173,13 +175,15 @@ class ProcessRun:
     code: int
     min_wall_ms: float = 0.0  # the fastest of the runs
     output: bytes = b""  # the last run's stdout
+    cpu_ms: float = 0.0  # the child's user + system time (median over the runs)
+    min_cpu_ms: float = 0.0  # the least of the runs
 
 
 BYTECODE_CACHE: dict[str, str] = {}  # {"dir": PATH} once ``print_tick_and_cli`` sets it
 
 
 def run_process(argv: list[str]) -> ProcessRun:
-    """One fresh process: wall time to exit, bytes on stdout, its own peak memory."""
+    """One fresh process: wall time to exit, bytes on stdout, its own CPU time and peak memory."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
@@ -195,7 +199,10 @@ def run_process(argv: list[str]) -> ProcessRun:
     wall = (time.perf_counter() - started) * 1000.0
     child.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
     child.stdout.close()
-    return ProcessRun(wall, len(output), usage.ru_maxrss / 1024.0, child.returncode, wall, output)
+    cpu = (usage.ru_utime + usage.ru_stime) * 1000.0
+    return ProcessRun(
+        wall, len(output), usage.ru_maxrss / 1024.0, child.returncode, wall, output, cpu, cpu
+    )
 
 
 def median_run(argv: list[str], runs: int) -> ProcessRun:
@@ -208,6 +215,8 @@ def median_run(argv: list[str], runs: int) -> ProcessRun:
         max(r.code for r in results),
         min(r.wall_ms for r in results),
         results[-1].output,
+        statistics.median(r.cpu_ms for r in results),
+        min(r.cpu_ms for r in results),
     )
 
 
@@ -226,11 +235,13 @@ def print_tick_and_cli(fleets: list[tuple[str, int, int, Path]], runs: int) -> N
     start = median_run([python, "-c", "pass"], max(runs, 5))
     print(
         f"interpreter start (python -c pass): min {start.min_wall_ms:.1f} ms, median "
-        f"{start.wall_ms:.1f} ms, {start.peak_mb:.0f} MB; 'after start' subtracts the median"
+        f"{start.wall_ms:.1f} ms, cpu min {start.min_cpu_ms:.1f} ms, median {start.cpu_ms:.1f} ms,"
+        f" {start.peak_mb:.0f} MB; 'after start' subtracts the median wall"
     )
     print(
         f"{'fleet':>18} {'tick ms':>8} {'doc ms':>7} {'placed':>7} | {'command':<22}"
-        f" {'min ms':>7} {'median':>7} {'after start':>11} {'bytes':>10} {'peak MB':>8}"
+        f" {'min ms':>7} {'median':>7} {'after start':>11} {'cpu min':>7} {'cpu med':>7}"
+        f" {'bytes':>10} {'peak MB':>8}"
     )
     for shape, hosts, models, directory in fleets:
         desired, snapshot = directory / "desired", directory / "snapshot.json"
@@ -250,6 +261,7 @@ def print_tick_and_cli(fleets: list[tuple[str, int, int, Path]], runs: int) -> N
             print(
                 f"{head if name == 'plan' else ' ' * len(head)} | {name:<22}"
                 f" {run.min_wall_ms:>7.1f} {run.wall_ms:>7.1f} {run.wall_ms - start.wall_ms:>11.1f}"
+                f" {run.min_cpu_ms:>7.1f} {run.cpu_ms:>7.1f}"
                 f" {run.output_bytes:>10} {run.peak_mb:>8.0f}"
             )
             if "--explain" in argv:

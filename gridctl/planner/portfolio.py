@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gridctl.demand.learning import DemandPicture
 from gridctl.domain import (
     ControllerPolicy,
     FleetSnapshot,
@@ -51,6 +50,9 @@ from gridctl.planner.portfolio_types import (
     PortfolioInputs,
     PortfolioResult,
 )
+
+if TYPE_CHECKING:
+    from gridctl.demand.learning import DemandPicture
 
 # shortfalls that say some model lacks room (not a rule, a pin or a missing host)
 _CAPACITY_SHORTFALLS = frozenset(

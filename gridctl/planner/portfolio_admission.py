@@ -16,8 +16,8 @@ capacity-contended.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from gridctl.demand.learning import WorkloadDemand
 from gridctl.domain import (
     Assignment,
     ControllerPolicy,
@@ -33,6 +33,9 @@ from gridctl.planner.portfolio_types import (
     Gate,
     ranked_scorers,
 )
+
+if TYPE_CHECKING:
+    from gridctl.demand.learning import WorkloadDemand
 
 _RESIDENCY_BLOCKS = ("model_resident", "stale_artifact_in_place")
 

@@ -6,9 +6,13 @@ the same inputs.
 
 from __future__ import annotations
 
-from gridctl.demand.learning import DemandPicture
+from typing import TYPE_CHECKING
+
 from gridctl.domain import DesiredState, FleetSnapshot
 from gridctl.planner.portfolio_types import MEDIA_WORKLOADS, PortfolioInputs
+
+if TYPE_CHECKING:
+    from gridctl.demand.learning import DemandPicture
 
 
 def portfolio_inputs(

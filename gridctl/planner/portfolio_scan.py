@@ -25,10 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gridctl.demand.learning import WorkloadDemand
-from gridctl.demand.outcomes import OutcomeScore
 from gridctl.domain import (
     ControllerPolicy,
     FleetSnapshot,
@@ -43,6 +41,10 @@ from gridctl.planner.portfolio_types import CandidateRow, Gate, PortfolioInputs,
 from gridctl.planner.preemption import yields_cooldown_hold
 from gridctl.planner.rejections import Rejection, RejectionCode
 from gridctl.planner.startup_paths import learned_on, start_seconds
+
+if TYPE_CHECKING:
+    from gridctl.demand.learning import WorkloadDemand
+    from gridctl.demand.outcomes import OutcomeScore
 
 Planner = Callable[[FleetSnapshot], Plan]
 SUITABILITY_POINTS = 100.0

@@ -41,8 +41,8 @@ import functools
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from gridctl.demand.learning import WorkloadDemand
 from gridctl.domain import FleetSnapshot, ModelDemand, ModelProfile, Plan, ResidencyState
 from gridctl.planner.portfolio_scan import (
     deny,
@@ -60,6 +60,9 @@ from gridctl.planner.portfolio_types import (
     PreemptionPath,
 )
 from gridctl.planner.preemption import yields_cooldown_hold
+
+if TYPE_CHECKING:
+    from gridctl.demand.learning import WorkloadDemand
 
 Mapping_ = tuple[tuple[str, str | None], ...]
 SUBSET_ENUMERATION_LIMIT = 4096

@@ -10,10 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
-from gridctl.demand.learning import WorkloadDemand
-from gridctl.demand.outcomes import OutcomeScore
 from gridctl.domain import ControllerPolicy, FleetSnapshot, ModelDemand, ModelProfile, Plan
+
+if TYPE_CHECKING:
+    from gridctl.demand.learning import WorkloadDemand
+    from gridctl.demand.outcomes import OutcomeScore
 
 MEDIA_WORKLOADS = frozenset({"image", "video"})
 

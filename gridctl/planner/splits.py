@@ -40,6 +40,7 @@ give equal splits.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from gridctl.domain import (
     DEFAULT_RUNTIME,
@@ -53,7 +54,12 @@ from gridctl.domain import (
 from gridctl.planner.candidates import Candidate
 from gridctl.planner.placement_filters import first_rejection
 from gridctl.planner.workspace import Workspace
-from gridctl.split import ModelShape, PlannerNode, PlanRejection, PlanRequest, plan_topology
+
+if TYPE_CHECKING:
+    from gridctl.split import PlanRequest
+
+# ``gridctl.split`` (fencing, claims and the topology planner: about 15 ms of a fresh
+# process) is imported by the first model that asks for a split; nearly every plan has none
 
 MIB = 1024 * 1024  # the planner's MB, as bytes for the split planner
 _CAPACITY = UnsatisfiedCode.INSUFFICIENT_CAPACITY
@@ -160,6 +166,8 @@ def stage_hosts(ws: Workspace, model_id: str) -> list[str]:
 
 
 def split_request(ws: Workspace, model_id: str, hosts: list[str]) -> PlanRequest:
+    from gridctl.split import ModelShape, PlannerNode, PlanRequest
+
     profile = ws.profiles[model_id]
     split = profile.split
     assert split is not None  # (``place_splits`` asks only for models that allow one)
@@ -176,6 +184,8 @@ def split_request(ws: Workspace, model_id: str, hosts: list[str]) -> PlanRequest
 def plan_split(ws: Workspace, model_id: str) -> SplitPlacement | str:
     """The split of one more replica of the model, or why there is none (a short text
     beginning ``split:``)."""
+    from gridctl.split import PlanRejection, plan_topology
+
     profile = ws.profiles[model_id]
     split = profile.split
     assert split is not None

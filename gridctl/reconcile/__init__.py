@@ -6,24 +6,19 @@ package does I/O, reads a clock or draws randomness; time is an argument.
 
 Also here, because the node daemon shares them: ``admit_command`` (the
 authority fence) and ``PlanGeneration``; and ``judge_acknowledgement``, the
-receipt state machine the controller store applies.
+receipt state machine the controller store applies. Those three modules are imported
+on first use of one of their names (``__getattr__``): a dry run never reads them.
 """
 
+from importlib import import_module
+from typing import TYPE_CHECKING
+
 from gridctl.reconcile.codes import BlockedCode, CancelReason
-from gridctl.reconcile.fencing import (
-    Admission,
-    AdmissionReason,
-    FencedCommand,
-    NodeFenceState,
-    admit_command,
-)
-from gridctl.reconcile.generations import PlanGeneration
 from gridctl.reconcile.governor import delivery_order
 from gridctl.reconcile.grace import grace_active, grace_ends_at
 from gridctl.reconcile.identity import ActionKey, attempt_index, derive_action_id
 from gridctl.reconcile.pacing import backoff_delay
 from gridctl.reconcile.proposals import StartupEstimate
-from gridctl.reconcile.receipts import AckDecision, AckOutcome, judge_acknowledgement
 from gridctl.reconcile.reconciling import action_key, reconcile
 from gridctl.reconcile.records import (
     Cancellation,
@@ -42,6 +37,38 @@ from gridctl.reconcile.wire import (
     history_from_json,
     pending_from_json,
 )
+
+if TYPE_CHECKING:
+    from gridctl.reconcile.fencing import (
+        Admission,
+        AdmissionReason,
+        FencedCommand,
+        NodeFenceState,
+        admit_command,
+    )
+    from gridctl.reconcile.generations import PlanGeneration
+    from gridctl.reconcile.receipts import AckDecision, AckOutcome, judge_acknowledgement
+
+_ON_FIRST_USE = {
+    **dict.fromkeys(
+        ("Admission", "AdmissionReason", "FencedCommand", "NodeFenceState", "admit_command"),
+        "gridctl.reconcile.fencing",
+    ),
+    "PlanGeneration": "gridctl.reconcile.generations",
+    **dict.fromkeys(
+        ("AckDecision", "AckOutcome", "judge_acknowledgement"), "gridctl.reconcile.receipts"
+    ),
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _ON_FIRST_USE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value  # found directly from now on
+    return value
+
 
 __all__ = [
     "AckDecision",

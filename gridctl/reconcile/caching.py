@@ -193,11 +193,13 @@ def disk_ledger(
         if host.resources.disk_free_mb is None:
             continue  # missing telemetry never authorises a predictive transfer
         free = host.resources.disk_free_mb
-        cached = {c.model_id for c in host.cached} | {r.model_id for r in host.residencies}
-        for model_id in placing.get(host.host_id, ()):
-            profile = profiles.get(model_id)
-            if model_id not in cached:
-                free -= (profile.artifact.size_mb or 0) if profile else 0
+        placed = placing.get(host.host_id)
+        if placed:  # (most hosts get nothing new: their free disk is what they report)
+            cached = {c.model_id for c in host.cached} | {r.model_id for r in host.residencies}
+            for model_id in placed:
+                profile = profiles.get(model_id)
+                if model_id not in cached:
+                    free -= (profile.artifact.size_mb or 0) if profile else 0
         ledger[host.host_id] = free
     return ledger
 

@@ -43,6 +43,7 @@ from gridctl.reconcile.proposals import (
     PlanIndex,
     Proposal,
     StartupEstimate,
+    amended,
     constructive_proposals,
     destructive_proposals,
 )
@@ -160,7 +161,7 @@ def reconcile(
         )
         return ReconcileResult((), (), tuple(cancellations), deferred, memory)
     if mode is Mode.RECOMMEND:
-        actions = [replace(a, executable=False) for a in actions]
+        actions = [amended(a, executable=False) for a in actions]
         return ReconcileResult(tuple(actions), (), tuple(cancellations), (), memory)
     enqueue = tuple(
         PendingAction(action=d.action, demand_class=d.proposal.demand_class)
@@ -268,13 +269,15 @@ def _decide(
     items: list[_Decided] = []
     ids: dict[ActionKey, str] = {}
     for p in proposals:
-        held = pending.get(p.key)
+        key = p.key  # a new ``ActionKey`` per read: read once
+        held = pending.get(key)
         if held is not None:
-            ids[p.key] = held.action_id
+            ids[key] = held.action_id
             items.append(_Decided(p, replace(held.action, executable=True, blocked=None), held))
             continue
-        action_id = derive_action_id(p.key, attempts.get(p.key, 0))
-        ids[p.key] = action_id
+        attempt = attempts.get(key, 0)
+        action_id = derive_action_id(key, attempt)
+        ids[key] = action_id
         depends_on: tuple[str, ...] = ()
         if p.dependency is not None:
             dep_pending = pending.get(p.dependency)
@@ -303,7 +306,7 @@ def _decide(
                     memory_mb=p.memory_mb,
                     artifact_sha256=p.artifact_sha256,
                     runtime=p.runtime,
-                    attempt=attempts.get(p.key, 0),
+                    attempt=attempt,
                     depends_on=depends_on,
                     executable=code is None,
                     blocked=code,

@@ -67,7 +67,6 @@ from gridctl.reconcile.splitsteps import (
     split_term,
     succeeded_keys,
 )
-from gridctl.split import quorum, quorum_reached
 
 _STARTING = (ResidencyState.LOADING, ResidencyState.WARMING)
 _SERVING = (ResidencyState.READY, ResidencyState.DRAINING, *_STARTING)
@@ -169,6 +168,8 @@ def split_serve_proposals(
         ):
             continue  # serving (or starting) under this term already
         count = len(placement.stages)
+        from gridctl.split import quorum, quorum_reached  # imported by a plan's first split
+
         if not quorum_reached(count, _accepted(placement, profile, term, history, now)):
             continue  # no startup quorum: the split must not load
         stages = formed_stages(view, placement, term)

@@ -7,6 +7,9 @@ reads are computed here too. Nothing in this package does I/O or reads a clock:
 the controller gathers the inputs and carries out the results.
 """
 
+from importlib import import_module
+from typing import TYPE_CHECKING
+
 from gridctl.tick.computing import (
     Admit,
     Decide,
@@ -18,14 +21,30 @@ from gridctl.tick.computing import (
     planned_snapshot,
     tick_demand,
 )
-from gridctl.tick.delivery import (
-    DeliveryFacts,
-    RouteLease,
-    Verdict,
-    Withheld,
-    delivery_gate,
-    routes_from_hosts,
+
+if TYPE_CHECKING:
+    from gridctl.tick.delivery import (
+        DeliveryFacts,
+        RouteLease,
+        Verdict,
+        Withheld,
+        delivery_gate,
+        routes_from_hosts,
+    )
+
+# the delivery gate is imported on first use of one of its names: a dry run never reads it
+_DELIVERY = frozenset(
+    {"DeliveryFacts", "RouteLease", "Verdict", "Withheld", "delivery_gate", "routes_from_hosts"}
 )
+
+
+def __getattr__(name: str) -> object:
+    if name not in _DELIVERY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module("gridctl.tick.delivery"), name)
+    globals()[name] = value  # found directly from now on
+    return value
+
 
 __all__ = [
     "Admit",

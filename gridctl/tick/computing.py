@@ -16,9 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
-from gridctl.demand import DemandPicture
-from gridctl.demand.direct import with_correlation, with_queued_work
 from gridctl.domain import DesiredState, FleetSnapshot, Mode, ModelDemand, ModelProfile, Plan
 from gridctl.planner.portfolio import plan_portfolio
 from gridctl.planner.portfolio_inputs import portfolio_inputs
@@ -33,6 +32,9 @@ from gridctl.reconcile import (
 )
 from gridctl.reconcile.overlays import with_pending_work
 from gridctl.reconcile.records import ControllerMemory, HistoryEntry
+
+if TYPE_CHECKING:  # the demand learners are imported by the process that learns (a controller)
+    from gridctl.demand import DemandPicture
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ class Decision:
 
 
 # desired state, the observation with pending work overlaid, the learners' picture
-Decide = Callable[[DesiredState, FleetSnapshot, DemandPicture | None], Decision]
+Decide = Callable[[DesiredState, FleetSnapshot, "DemandPicture | None"], Decision]
 # which enqueued actions a tick keeps (a comparison strategy may refuse some kinds of work)
 Admit = Callable[[PendingAction], bool]
 
@@ -143,6 +145,8 @@ def tick_demand(
 ) -> tuple[ModelDemand, ...]:
     """The demand a tick plans with: the learners' gated direct forecast, correlation
     from their picture merged in, and the work queued in the engines themselves."""
+    from gridctl.demand.direct import with_correlation, with_queued_work
+
     return with_queued_work(with_correlation(tuple(direct), picture, profiles), queued, profiles)
 
 

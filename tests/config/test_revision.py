@@ -86,3 +86,32 @@ def test_a_change_elsewhere_in_the_repository_leaves_the_directory_clean(
     staged.write_text(PROFILE.replace("name: a", "name: b"))
     git(tmp_path, "add", ".")  # staged but not committed
     assert load_directory(policies).dirty is True
+
+
+def test_a_repository_named_by_git_dir_and_a_linked_work_tree_are_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """git is asked wherever it could find a work tree: through ``GIT_DIR`` and
+    ``GIT_WORK_TREE`` (no ``.git`` near the directory), and in a linked work tree, whose
+    ``.git`` is a file."""
+    repo, tree = tmp_path / "repo", tmp_path / "tree"
+    repo.mkdir()
+    tree.mkdir()
+    git(repo, "init", "-q")
+    (repo / "a.yaml").write_text(PROFILE)
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "profiles")
+    head = git(repo, "rev-parse", "HEAD")
+
+    git(repo, "worktree", "add", "-q", str(tree / "linked"))
+    assert (tree / "linked" / ".git").is_file()
+    linked = load_directory(tree / "linked")
+    assert (linked.revision, linked.dirty) == (head, False)
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "a.yaml").write_text(PROFILE)
+    monkeypatch.setenv("GIT_DIR", str(repo / ".git"))
+    monkeypatch.setenv("GIT_WORK_TREE", str(elsewhere))
+    named = load_directory(elsewhere)
+    assert (named.revision, named.dirty) == (head, False)

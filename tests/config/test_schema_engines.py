@@ -14,6 +14,7 @@ fault.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import math
 from typing import Any
@@ -147,6 +148,8 @@ def _typed(kind: str, schema: dict[str, Any]) -> st.SearchStrategy[Any]:
     return st.builds(lambda f, m, e: {**e, **m, **f}, fixed, st.fixed_dictionaries(missing), extra)
 
 
+# one strategy per schema: building it again for every example cost most of the run
+@functools.cache
 def _generated(relative: str) -> st.SearchStrategy[Any]:
     schema = inlined(load_schema(relative))
     assert schema is not None

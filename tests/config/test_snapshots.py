@@ -101,3 +101,50 @@ def test_load_snapshot_reports_file(tmp_path: Path) -> None:
         load_snapshot(path)
     path.write_text(json.dumps({"now": 5, "hosts": [host()]}))
     assert load_snapshot(path).now == 5.0
+
+
+@pytest.mark.parametrize(
+    "resources",
+    [
+        {"capacity_mb": 8192},
+        {"capacity_mb": 8192, "tags": ["b", "a"], "thermal_derate": 1, "future_field": [1]},
+        {
+            "capacity_mb": 65536,
+            "reserved_mb": 2048,
+            "external_mb": 10,
+            "thermal_derate": 0.5,
+            "throttle_fraction": None,
+            "runtimes": ["vllm", "llama.cpp"],
+            "qualified_runtimes": ["llama.cpp"],
+            "backends": ["cuda"],
+            "gpu_count": None,
+            "gpu_memory_mb": 81920,
+            "failure_domain": "rack-2",
+            "tags": ["gpu"],
+            "allowed_models": ["m"],
+            "denied_models": ["n"],
+            "allowed_data_tiers": ["restricted", "public"],
+            "max_models": 3,
+            "disk_free_mb": 100,
+            "disk_total_mb": 200,
+            "memory_bandwidth_gbps": 400.0,
+            "compute_gflops": 1.5,
+            "host_priority": 2,
+            "measured_tokens_per_second": 12.5,
+            "measured_latency_ms": None,
+        },
+    ],
+)
+def test_resources_from_report_fills_what_fill_defaults_fills(resources: dict) -> None:
+    from gridctl.config.resolving import (
+        RESOURCES_SCHEMA,
+        resources_from_mapping,
+        resources_from_report,
+    )
+    from gridctl.config.schemas import fill_defaults
+
+    before = json.dumps(resources)
+    read = resources_from_report(resources)
+    assert read == resources_from_mapping(fill_defaults(resources, RESOURCES_SCHEMA))
+    assert repr(read) == repr(resources_from_mapping(fill_defaults(resources, RESOURCES_SCHEMA)))
+    assert json.dumps(resources) == before  # the document is not written into
