@@ -8,7 +8,10 @@ measured mean service time (over the requests an engine served: a refusal is
 arrival, not service) plus the work queued now. While no request in the window
 was served there is no measurement, and it is 0: the planner then takes the
 profile's expected service time (``direct_concurrency``). Latency is the
-approximate request-level p95 of the merged histograms.
+approximate request-level p95 of the merged histograms. The error rate counts
+the window's failed requests; a refused one (no engine took it) counts only in
+its own bucket and the next, as the queue does, so the refusals of a cold start
+stop asking for replicas once the first one serves.
 """
 
 from __future__ import annotations
@@ -71,7 +74,10 @@ def forecast(
     rates = complete_rates(series, now)
     level, trend = ewma_with_trend(rates, policy.demand_ewma_alpha)
     requests = sum(b.requests for b in recent)
-    errors = sum(b.errors for b in recent)
+    # a refusal is unmet work, pressure only while current (as the queue is): one refused
+    # minutes ago, while the first replica was still starting, asks for no replica now
+    current = bucket_start(now, series.width) - series.width
+    errors = sum(b.errors - (b.refused if b.start < current else 0) for b in recent)
     service = mean_service_seconds(recent)
     queue = current_queue(series, now)
     per_minute_trend = trend * 60.0 / series.width

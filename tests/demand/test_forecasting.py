@@ -96,6 +96,30 @@ def test_a_queue_is_pressure_for_its_bucket_and_the_next_only(
     assert later.sample_count > 0  # the requests are still in the window
 
 
+@given(
+    st.integers(min_value=1, max_value=8),
+    st.integers(min_value=0, max_value=3),
+    st.integers(min_value=2, max_value=25),
+)
+@settings(max_examples=60, deadline=None)
+def test_a_refusal_is_error_pressure_for_its_bucket_and_the_next_only(
+    refused: int, failed: int, minutes_later: int
+) -> None:
+    """Refused requests (no engine took them) are unmet work, pressure while current like a
+    queue: they count as errors in their own bucket and the next, never later. Requests an
+    engine served and failed stay errors for the whole window."""
+    rows = [
+        Observation("m", T0 + 5 * 60 + i, 0.0, 0.0, ok=False, refused=True) for i in range(refused)
+    ] + [obs(T0 + 5 * 60 + 20 + i, ok=False) for i in range(failed)]
+    series = steady(per_minute=6, minutes=5).fold_all(rows)
+    requests = 30 + refused + failed
+    now = forecast(series, T0 + 6 * 60 + 30, POLICY)
+    assert math.isclose(now.error_rate, (refused + failed) / requests)
+    later = forecast(series, T0 + (5 + minutes_later) * 60 + 30, POLICY)
+    assert later.sample_count == requests  # every request is still in the window
+    assert math.isclose(later.error_rate, failed / requests)
+
+
 def test_rising_rate_has_positive_trend_falling_rate_none() -> None:
     rising = [obs(T0 + m * 60 + i) for m in range(8) for i in range(5 * (m + 1))]
     up = forecast(BucketSeries("m").fold_all(rising), T0 + 8 * 60 + 1, POLICY)
