@@ -11,6 +11,7 @@ half-applied.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -72,7 +73,40 @@ def converge(fleet: FaultFleet, replicas: int, deadline: float = 240) -> None:
     try:
         wait_for(f"{replicas} routable replica(s), settled", done, deadline=deadline)
     except AssertionError as exc:
-        raise AssertionError(f"{exc}\n{fleet.logs()}") from exc
+        raise AssertionError(f"{exc}\n{decision(fleet)}\n{fleet.logs()}") from exc
+
+
+def decision(fleet: FaultFleet) -> str:
+    """What the controller last decided for the model, and the times it decided with:
+    the target and its reasons, every proposed action and why it is held, and each
+    residency's times beside the controller's clock."""
+    try:
+        status = fleet.status()
+    except Exception as exc:  # the controller may be what is stuck
+        return f"== status unavailable: {exc}"
+    plan = status.get("plan") or {}
+    rows = {
+        "now": status.get("now"),
+        "targets": plan.get("targets"),
+        "assignments": plan.get("assignments"),
+        "unsatisfied": plan.get("unsatisfied"),
+        "model": [m for m in status.get("models") or () if m.get("model_id") == GEMMA],
+        "reconciliation": status.get("reconciliation"),
+        "last_tick": status.get("last_tick"),
+        "revisions": status.get("revisions"),
+        "delivery_safety_error": status.get("delivery_safety_error"),
+        "warnings": status.get("warnings"),
+        "pending": status.get("pending_commands"),
+        "withdrawn": status.get("withdrawn_destructive"),
+        "residencies": {
+            h["host_id"]: [
+                {k: r.get(k) for k in ("state", "loaded_at", "last_used_at", "routable")}
+                for r in h["residencies"]
+            ]
+            for h in status.get("hosts") or ()
+        },
+    }
+    return "== controller decision\n" + json.dumps(rows, indent=1, default=str)[:20000]
 
 
 def scale(fleet: FaultFleet, replicas: int) -> str:

@@ -14,6 +14,7 @@ child instead of adopting it, and a coordinator child that dies takes its forwar
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
 from collections.abc import Iterator
@@ -383,10 +384,24 @@ def test_a_coordinator_failing_its_health_probe_loses_its_forwarders(fleet: Flee
     assert record is not None and record.identity is not None
     assert signal_proven(record.identity, signal.SIGSTOP)  # alive, but answers nothing
     try:
+        # the stop reaches each of the engine's threads when it is next scheduled: probe
+        # only once every thread is stopped, or a thread still running answers the first
+        def states() -> set[str]:
+            found = set()
+            for thread in psutil.Process(pid).threads():
+                with contextlib.suppress(psutil.NoSuchProcess):  # a thread that just ended
+                    found.add(psutil.Process(thread.id).status())
+            return found
+
+        deadline = time.monotonic() + 30
+        while states() != {psutil.STATUS_STOPPED} and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert states() == {psutil.STATUS_STOPPED}, states()
         for _ in range(HEALTH_FAILURES_BEFORE_FAILED):
             fleet.a.parts.actuator.refresh()
         after = fleet.a.parts.store.residency(MODEL_ID)
-        assert after is not None and after.state is ResidencyState.FAILED, after
+        failures = fleet.a.parts.actuator._health_failures  # the probe's count, if it fails
+        assert after is not None and after.state is ResidencyState.FAILED, (after, failures)
         assert after.message == "health_check_failed" and after.pid == pid
         assert fleet.a.parts.actuator.links.models() == () and not set(ports) & listening_ports()
     finally:
