@@ -105,7 +105,7 @@ class Controller:
         self._previous_profiles: dict[str, Any] | None = None
         # restored commands get the bounded membership-recovery grace (in memory only)
         self._grace = RestartGrace(restarted_at=self.started_at) if store.pending() else None
-        self.clock_watch = ClockWatch(store, self.event)
+        self.clock_watch = ClockWatch(store, self.event, rebase=self.registry.rebase_future)
         # hosts with pending actions (a superset between ticks: acks only remove some), so
         # a poll of any other host is answered without reading the store
         self._pending_hosts = frozenset(p.action.host_id for p in store.pending())

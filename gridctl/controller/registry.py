@@ -646,6 +646,49 @@ class Registry:
             for model, value in marks.items():
                 self._last_used[model] = max(self._last_used.get(model, 0.0), value)
 
+    def rebase_future(self, now: float) -> int:
+        """Move every controller-clock time of the held reports later than ``now`` to
+        ``now`` (the wall clock stepped back): a residency's load and last use, a cached
+        entry's age, a host's registration and heartbeat, the router's last-use
+        watermarks. Until a node's next full inventory its residencies keep the times
+        reconstructed under the old clock, which would hold a minimum residency or a
+        scale-down cooldown for the size of the step. Returns how many times moved."""
+
+        def capped(value: float | None) -> float | None:
+            return now if value is not None and value > now else value
+
+        moved = 0
+        with self._lock:
+            for host_id, record in list(self._hosts.items()):
+                residencies = tuple(
+                    replace(r, loaded_at=capped(r.loaded_at), last_used_at=capped(r.last_used_at))
+                    for r in record.residencies
+                )
+                cached = tuple(replace(c, cached_at=capped(c.cached_at)) for c in record.cached)
+                changed = sum(
+                    (a.loaded_at, a.last_used_at) != (b.loaded_at, b.last_used_at)
+                    for a, b in zip(record.residencies, residencies, strict=True)
+                ) + sum(
+                    a.cached_at != b.cached_at for a, b in zip(record.cached, cached, strict=True)
+                )
+                times = (record.registered_at, record.last_heartbeat)
+                registered, beat = (t if t <= now else now for t in times)
+                changed += (registered, beat) != times
+                if changed:
+                    moved += changed
+                    self._hosts[host_id] = replace(
+                        record,
+                        residencies=residencies,
+                        cached=cached,
+                        registered_at=registered,
+                        last_heartbeat=beat,
+                    )
+            for model_id, value in self._last_used.items():
+                if value > now:
+                    self._last_used[model_id] = now
+                    moved += 1
+        return moved
+
     # -- planning side --------------------------------------------------------
 
     def hosts(self) -> list[HostRecord]:

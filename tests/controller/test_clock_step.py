@@ -93,3 +93,42 @@ def test_a_step_within_the_tolerance_or_forward_moves_nothing(service: Any) -> N
     (entry,) = svc.controller.store.history()
     assert entry.effective_at == T + 3
     assert not [e for e in svc.controller.events if e["event"] == "clock_stepped_back"]
+
+
+@pytest.mark.anyio
+async def test_a_backward_step_moves_the_held_reports_times_to_now(tmp_path: Path) -> None:
+    """A residency reported while the clock ran an hour ahead keeps its load time from
+    that clock until the node's next full inventory; the step moves it (and the router's
+    last-use watermark) to now, so a minimum residency is not stretched by an hour."""
+    from tests.controller.simnodes import GEMMA_SHA, SimNode, SimResidency, sim_service
+    from tests.controller.test_http_flow import POLICY, profile
+
+    files = {"policy.yaml": POLICY, "gemma.yaml": profile("gemma", min_replicas=1)}
+    service, clock = sim_service(tmp_path, files, clock=Clock(T + 3600))
+    app = service.build_app()
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://ctl"
+    ) as client:
+        node = SimNode.for_controller(tmp_path / "state", "h1", client, clock)
+        node.residencies["gemma"] = SimResidency("gemma", 640, "ready", GEMMA_SHA, T + 3500)
+        assert (await node.register()).status_code < 300
+        await node.heartbeat(request_commands=False)
+    service.controller.tick()  # the controller saw the clock an hour ahead
+    registry = service.registry
+    registry.request_finished("h1", "gemma", T + 3600)
+    (before,) = registry.host("h1").residencies  # type: ignore[union-attr]
+    assert before.loaded_at == pytest.approx(T + 3500, abs=1)
+    clock.now = T  # corrected
+    service.controller.tick()
+    record = registry.host("h1")
+    assert record is not None
+    (after,) = record.residencies
+    assert after.loaded_at == T and record.last_heartbeat == T and record.registered_at == T
+    assert registry.last_used_watermarks()["gemma"] == T
+    (step,) = [e for e in service.controller.events if e["event"] == "clock_stepped_back"]
+    assert "recorded time(s) moved to now" in step["message"]
+    # times already at or before now stay as they are, and a second tick moves nothing
+    clock.now = T + 1
+    service.controller.tick()
+    assert registry.host("h1").residencies[0].loaded_at == T  # type: ignore[union-attr]
+    assert len([e for e in service.controller.events if e["event"] == "clock_stepped_back"]) == 1
