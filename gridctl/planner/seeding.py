@@ -10,9 +10,11 @@ are staged out; losers of the memory ledger simply stop being desired and are
 re-placed elsewhere first (make-before-break). Unmovable inventory that breaks
 a profile stays visible and is reported.
 
-Per model, incumbents in distinct failure domains are kept first, and extra
-same-domain incumbents only while the model's failure-domain minimum still
-has room to be met by new replicas elsewhere.
+Per model, ready incumbents are kept before starting ones and the longest
+loaded first (a scale-down removes the newest replica), incumbents in
+distinct failure domains first, and extra same-domain incumbents only while
+the model's failure-domain minimum still has room to be met by new replicas
+elsewhere.
 """
 
 from __future__ import annotations
@@ -27,6 +29,20 @@ from gridctl.planner.workspace import Workspace
 
 SEED_FILTERS = (MODEL_SLOTS, COLOCATION, MEMORY_DESIRED)  # the rules an incumbent must keep
 _STATE_RANK = {"ready": 0, "warming": 1, "loading": 2}
+_NEVER = float("inf")  # a residency that reports no load time is kept after those that do
+
+
+def _keeping_order(item: tuple[str, LiveResidency]) -> tuple[int, float, str]:
+    """Ready before starting, then the longest loaded first (the host id breaks ties):
+    a scale-down removes the newest replica and keeps the one that has served longest,
+    as a ReplicaSet deletes the pods ready for the shortest time first."""
+    host_id, row = item
+    loaded_at = row.residency.loaded_at
+    return (
+        _STATE_RANK.get(row.residency.state.value, 3),
+        _NEVER if loaded_at is None else loaded_at,
+        host_id,
+    )
 
 
 def _preferred_incumbents(ws: Workspace, model_id: str) -> list[tuple[str, LiveResidency]]:
@@ -36,7 +52,7 @@ def _preferred_incumbents(ws: Workspace, model_id: str) -> list[tuple[str, LiveR
         return []
     eligible = ws.eligible_set[model_id]
     found = [(h, row) for h, row in ws.incumbents[model_id].items() if h in eligible]
-    found.sort(key=lambda item: (_STATE_RANK.get(item[1].residency.state.value, 3), item[0]))
+    found.sort(key=_keeping_order)
     spread: list[tuple[str, LiveResidency]] = []
     rest: list[tuple[str, LiveResidency]] = []
     domains: set[str] = set()
