@@ -398,13 +398,36 @@ def test_invalid_commit_during_convergence(fleet: tuple[FaultFleet, Relay]) -> N
 # --- wall-clock jumps -----------------------------------------------------------------
 
 
+def serve_on(fleet: FaultFleet, host: str) -> None:
+    """Move the one replica to ``host`` (pinned there until it serves alone, then
+    unpinned), so a drill can start from either host."""
+    if set(fleet.engines()) == {host}:
+        return
+    pinned = profile_yaml(GEMMA, min_replicas=1, max_replicas=1, extra=f"  pins: [{host}]\n")
+    fleet.repo.write("gemma.yaml", pinned)
+    fleet.repo.commit(f"gemma pinned to {host}")
+    wait_for(
+        f"the replica to serve from {host} alone",
+        lambda: set(fleet.engines()) == {host} and fleet.routable() == [host],
+        deadline=240,
+    )
+    converge(fleet, 1)
+    scale(fleet, 1)  # unpinned: the replica stays where it is
+    converge(fleet, 1)
+
+
+@pytest.mark.parametrize("start", ["local-1", "local-2"])
 @pytest.mark.parametrize("offset", [3600.0, -3600.0], ids=["plus-1h", "minus-1h"])
-def test_controller_wall_clock_jump(fleet: tuple[FaultFleet, Relay], offset: float) -> None:
+def test_controller_wall_clock_jump(
+    fleet: tuple[FaultFleet, Relay], offset: float, start: str
+) -> None:
     """The controller's wall clock steps an hour: hosts do not go stale or future for
-    good, the serving replica stays, and a scale-up and back still converge, each
-    action once."""
+    good, the serving replica stays (whichever host it is on: a scale-down keeps the
+    longest-loaded replica), and a scale-up and back still converge, each action once."""
     f, _relay = fleet
+    serve_on(f, start)
     host, engine = the_engine(f)
+    assert host == start
     (other,) = {"local-1", "local-2"} - {host}
     offset_file = f.root / "controller.offset"
     offset_file.write_text(repr(offset))
