@@ -174,6 +174,13 @@ def restore(fleet: FaultFleet, relay: Relay) -> None:
         clear_mode(fleet)
     scale(fleet, 1)
     converge(fleet, 1)
+    # a clock moved back to the truth lands past the lease's expiry: automatic returns
+    # at the next renewal (a third of the lease), not at once
+    wait_for(
+        "the controller in automatic mode",
+        lambda: fleet.status()["mode"]["effective"] == "automatic",
+        deadline=60,
+    )
 
 
 def clear_mode(fleet: FaultFleet) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from gridctl.node.records import Receipt
 from tests.e2e.harness import GEMMA, ROOT, free_port, profile_yaml, wait_for
 from tests.faults.fleet import FaultFleet, make_fault_fleet
 from tests.faults.relay import Relay, running_relay
@@ -156,6 +157,7 @@ def test_reordered_commands_and_acknowledgements(fleet: tuple[FaultFleet, Relay]
     models = ("gemma-r1", "gemma-r2")
     held: dict[str, Body] = {}
     late: list[str] = []
+    replayed: list[str] = []  # of ``late``, the progress acks the node never sent
     reversed_answers: list[int] = []
     lock = threading.Lock()
 
@@ -177,9 +179,17 @@ def test_reordered_commands_and_acknowledgements(fleet: tuple[FaultFleet, Relay]
                     held[action] = ack  # not yet
                     continue
                 out.append(ack)
-                if action in held:  # the terminal one goes first, then the stale progress
-                    out.append(held.pop(action))
-                    late.append(action)
+                if action in late:
+                    continue  # a terminal one sent again: its progress already came late
+                # the terminal one goes first, then the stale progress; an action that ran
+                # between two heartbeats reported none, so the relay replays the one the
+                # node writes when it starts running (as a delayed packet would arrive)
+                progress = held.pop(action, None)
+                if progress is None:
+                    replayed.append(action)
+                    progress = Receipt(action, "", "", "running", "running").acknowledgement()
+                out.append(progress)
+                late.append(action)
         body["acknowledgements"] = out
         return body
 
@@ -194,9 +204,13 @@ def test_reordered_commands_and_acknowledgements(fleet: tuple[FaultFleet, Relay]
         actions = model_actions(f, model)
         assert sorted(a["kind"] for a in actions) == ["load", "warm"], actions
         assert {a["state"] for a in actions} == {"succeeded"}, actions
-    assert late, "no acknowledgement was delivered late"
+    ran = {a["action_id"] for m in models for a in model_actions(f, m)}
+    assert ran <= set(late), (ran, late)  # every action's progress came after its outcome
     f.assert_no_command_ran_twice()
-    print(f"reversed answers: {reversed_answers}; late progress acks: {len(late)}")
+    print(
+        f"reversed answers: {reversed_answers}; late progress acks: {len(late)}, "
+        f"{len(late) - len(replayed)} of them held back from the node"
+    )
 
 
 def test_stale_commands_and_acknowledgements(fleet: tuple[FaultFleet, Relay]) -> None:
