@@ -46,6 +46,7 @@ spec:
   mode: automatic
   controller_lease_seconds: {lease}
   max_concurrent_mutations: 2
+  max_concurrent_mutations_per_host: {per_host}
   mutation_cooldown_seconds: 1
   failure_backoff_base_seconds: 1
   failure_backoff_max_seconds: 4
@@ -347,8 +348,12 @@ class FaultFleet:
         psutil.wait_procs(stragglers, timeout=30)
 
 
-def make_fault_fleet(root: Path, *, lease_seconds: float = 4.0, stale: float = 6.0) -> FaultFleet:
+def make_fault_fleet(
+    root: Path, *, lease_seconds: float = 4.0, stale: float = 6.0, per_host: int = 1
+) -> FaultFleet:
+    """A fault fleet's desired state; ``per_host`` mutations may run on one host at once
+    (more than one puts several commands in one heartbeat answer)."""
     repo = DesiredRepo(root / "desired")
-    repo.write("policy.yaml", POLICY.format(lease=lease_seconds, stale=stale))
+    repo.write("policy.yaml", POLICY.format(lease=lease_seconds, stale=stale, per_host=per_host))
     repo.commit("fault drill policy")
     return FaultFleet(root=root, repo=repo, lease_seconds=lease_seconds)
