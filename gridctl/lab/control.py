@@ -114,8 +114,18 @@ def _no_cache_work(entry: PendingAction) -> bool:
 
 
 class LabController:
-    def __init__(self, desired: DesiredState, strategy: Strategy, mix: Mapping[str, float]):
+    def __init__(
+        self,
+        desired: DesiredState,
+        strategy: Strategy,
+        mix: Mapping[str, float],
+        *,
+        epoch: str = "",
+    ):
         self.strategy = strategy
+        # the controller state epoch new action ids carry (``derive_action_id``); a lab
+        # day has no state to start over, and the empty epoch gives the ids of none
+        self.id_epoch = epoch
         self.learner = DemandLearner(desired.policy, desired.catalog)
         self.book = ActionBook()
         self.memory = ControllerMemory()
@@ -259,6 +269,7 @@ class LabController:
             history=self.book.history_list(),
             picture=picture,
             startup=startup,
+            epoch=self.id_epoch,
         )
         admit: Admit | None = _no_cache_work if self.strategy is Strategy.REACTIVE else None
         outcome = compute_tick(inputs, self._decide(minute_counts, named_counts), admit)

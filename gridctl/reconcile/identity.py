@@ -38,18 +38,23 @@ def entry_key(entry: HistoryEntry) -> ActionKey:
     return ActionKey(entry.kind, entry.host_id, entry.model_id, entry.artifact_sha256)
 
 
-def derive_action_id(key: ActionKey, attempt: int) -> str:
-    """The hex id of attempt ``attempt`` of ``key`` (sha256, truncated)."""
-    material = "\x1f".join(
-        (
-            "gridctl-action/v1",
-            key.kind.value,
-            key.host_id,
-            key.model_id,
-            key.artifact_sha256 or "",
-            str(attempt),
-        )
-    )
+def derive_action_id(key: ActionKey, attempt: int, epoch: str = "") -> str:
+    """The hex id of attempt ``attempt`` of ``key`` (sha256, truncated) in the controller
+    state ``epoch``. Attempts count from the state's history, so a state that started
+    over (a corrupt database moved aside) counts from 0 again: the epoch keeps its ids
+    apart from those nodes still hold receipts for. The empty epoch (a dry run against a
+    snapshot, the lab) gives the ids of no state."""
+    parts = [
+        "gridctl-action/v1",
+        key.kind.value,
+        key.host_id,
+        key.model_id,
+        key.artifact_sha256 or "",
+        str(attempt),
+    ]
+    if epoch:
+        parts.append(epoch)
+    material = "\x1f".join(parts)
     return hashlib.sha256(material.encode("utf-8")).hexdigest()[:ACTION_ID_LENGTH]
 
 

@@ -84,6 +84,7 @@ def reconcile(
     memory: ControllerMemory | None = None,
     startup: Mapping[tuple[str, str], StartupEstimate] | None = None,
     approved: frozenset[str] = frozenset(),
+    epoch: str = "",
 ) -> ReconcileResult:
     """One reconciliation tick. See the module docstring for the pipeline.
 
@@ -93,7 +94,8 @@ def reconcile(
     learned (host, model) load/warm estimates, profile priors otherwise.
     ``approved``: in recommend mode, the action ids of an applied saved plan; they are
     decided exactly as in automatic mode, and every other action stays a proposal
-    (``not_in_applied_plan``) that spends no governor budget.
+    (``not_in_applied_plan``) that spends no governor budget. ``epoch``: the controller
+    state's, part of every new action id (``derive_action_id``).
     """
     approving = mode is Mode.RECOMMEND and bool(approved)
     if approving:
@@ -142,7 +144,7 @@ def reconcile(
         proposals,
         {action_key(p.action): p for p in live},
         Governor(policy, view, live, history, _remote_digests(profiles)),
-        _Context(view, index, past, profiles, policy, memory, now, in_grace, blocked_models),
+        _Context(view, index, past, profiles, policy, memory, now, in_grace, blocked_models, epoch),
         attempt_index(history),
         approved if approving else None,
     )
@@ -231,6 +233,7 @@ class _Context:
     now: float
     in_grace: bool
     blocked_models: set[str]
+    epoch: str = ""
 
 
 @dataclass(frozen=True)
@@ -276,7 +279,7 @@ def _decide(
             items.append(_Decided(p, replace(held.action, executable=True, blocked=None), held))
             continue
         attempt = attempts.get(key, 0)
-        action_id = derive_action_id(key, attempt)
+        action_id = derive_action_id(key, attempt, ctx.epoch)
         ids[key] = action_id
         depends_on: tuple[str, ...] = ()
         if p.dependency is not None:

@@ -53,6 +53,7 @@ class TickInputs:
     picture: DemandPicture | None = None
     startup: Mapping[tuple[str, str], StartupEstimate] = field(default_factory=dict)
     approved: frozenset[str] = frozenset()
+    epoch: str = ""  # the controller state's, part of every new action id
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,7 @@ def compute_tick(
         memory=memory,
         startup=inputs.startup,
         approved=inputs.approved,
+        epoch=inputs.epoch,
     )
     if admit is not None:
         result = replace(result, enqueue=tuple(e for e in result.enqueue if admit(e)))

@@ -74,7 +74,7 @@ class Day:
         self.ctl.compute = self._record
         current = self.desired.current
         assert current is not None
-        self.lab = LabController(current, Strategy.SMART, {})
+        self.lab = LabController(current, Strategy.SMART, {}, epoch=self.ctl.store.epoch)
         self.nodes = {
             f"host-{i}": SimNode(
                 host_id=f"host-{i}",
