@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -285,6 +286,7 @@ def run(args: argparse.Namespace) -> int:
                 node_credential_ttl=args.node_credential_ttl,
                 router_auth=args.router_auth,
                 clock=wall_clock(),
+                monotonic=time.monotonic,
             )
         )
         if service.tls_enabled:

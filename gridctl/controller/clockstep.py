@@ -4,7 +4,9 @@ History recorded in the future means the clock stepped back (an NTP
 correction, a restored VM). Those times move to ``now``, in the store and in the
 registry's held reports (a residency's load time stays as the old clock made it
 until the node's next full inventory, minutes later), so cooldowns and fences
-are not stretched by the size of the step; smaller differences are ordinary
+are not stretched by the size of the step; a forward step (the wall clock ran
+ahead of the monotonic clock) moves the heartbeats received before it forward by
+the step, so no living host looks stale for its size; smaller differences are ordinary
 skew between writers and move nothing.
 """
 
@@ -23,11 +25,16 @@ class ClockWatch:
         store: ControllerStore,
         event: Callable[..., None],
         rebase: Callable[[float], int] | None = None,
+        monotonic: Callable[[], float] | None = None,
+        forward: Callable[[float, float], int] | None = None,
     ) -> None:
         self.store = store
         self._event = event
         # the held reports' own times (``Registry.rebase_future``), moved with the store's
         self._rebase = rebase
+        # a forward step: told by ``monotonic``, the held heartbeats moved by ``forward``
+        self._monotonic, self._forward = monotonic, forward
+        self._last: tuple[float, float] | None = None  # (wall, monotonic) of the last check
         self._high: float | None = None  # the latest time seen or recorded (None: unread)
 
     def check(self, now: float) -> None:
@@ -43,3 +50,23 @@ class ClockWatch:
             )
             self._high = now
         self._high = max(self._high, now)
+        self._check_forward(now)
+
+    def _check_forward(self, now: float) -> None:
+        """A wall clock that ran ahead of elapsed time stepped forward: every host's last
+        heartbeat would look the size of the step old until its next one, and a tick in
+        that second would replace replicas on hosts that are alive. Heartbeats received
+        before the step move forward by it (``Registry.forward_heartbeats``)."""
+        if self._monotonic is None or self._forward is None:
+            return
+        elapsed_now = self._monotonic()
+        last, self._last = self._last, (now, elapsed_now)
+        if last is None:
+            return
+        step = (now - last[0]) - (elapsed_now - last[1])
+        if step > CLOCK_STEP_TOLERANCE_SECONDS:
+            moved = self._forward(step, last[0])
+            self._event(
+                "clock_stepped_forward",
+                message=f"{step:.0f}s: {moved} host heartbeat(s) moved forward with it",
+            )

@@ -68,6 +68,7 @@ class Controller:
         controller_id: str | None = None,
         warnings: list[str] | None = None,
         demand: DemandBook | None = None,
+        monotonic: Callable[[], float] | None = None,
     ) -> None:
         self.desired, self.registry, self.store, self.clock = desired, registry, store, clock
         self.warnings: list[str] = list(warnings or [])
@@ -105,7 +106,13 @@ class Controller:
         self._previous_profiles: dict[str, Any] | None = None
         # restored commands get the bounded membership-recovery grace (in memory only)
         self._grace = RestartGrace(restarted_at=self.started_at) if store.pending() else None
-        self.clock_watch = ClockWatch(store, self.event, rebase=self.registry.rebase_future)
+        self.clock_watch = ClockWatch(
+            store,
+            self.event,
+            rebase=self.registry.rebase_future,
+            monotonic=monotonic,
+            forward=self.registry.forward_heartbeats,
+        )
         # hosts with pending actions (a superset between ticks: acks only remove some), so
         # a poll of any other host is answered without reading the store
         self._pending_hosts = frozenset(p.action.host_id for p in store.pending())
@@ -299,6 +306,7 @@ class Controller:
             picture=picture,
             startup=startup,
             approved=self.approved_actions(desired, mode),
+            epoch=self.store.epoch,
         )
 
     def dry_run(self, candidate: DesiredState | None = None) -> tuple[TickInputs, TickOutcome]:

@@ -689,6 +689,20 @@ class Registry:
                     moved += 1
         return moved
 
+    def forward_heartbeats(self, step: float, before: float) -> int:
+        """The wall clock stepped forward by ``step`` after ``before``: each host's last
+        heartbeat received at or before ``before`` moves forward by the step, so its age
+        stays what elapsed. Returns how many moved."""
+        moved = 0
+        with self._lock:
+            for host_id, record in list(self._hosts.items()):
+                if record.last_heartbeat <= before:
+                    self._hosts[host_id] = replace(
+                        record, last_heartbeat=record.last_heartbeat + step
+                    )
+                    moved += 1
+        return moved
+
     # -- planning side --------------------------------------------------------
 
     def hosts(self) -> list[HostRecord]:

@@ -82,6 +82,9 @@ class ServiceOptions:
     probe_interval: float = 2.0
     plan_in_worker: bool = False  # compute ticks in a child process (``tickworker``)
     clock: Callable[[], float] = time.time
+    # the clock that never steps, beside ``clock``: a forward step of ``clock`` is told
+    # from elapsed time by it (``ClockWatch``); None (a test's own clock) detects none
+    monotonic: Callable[[], float] | None = None
     upstream_transport: httpx.AsyncBaseTransport | None = None
     extra_warnings: list[str] = field(default_factory=list)
     source: SourceOptions = field(default_factory=SourceOptions)  # ref, remote, signatures
@@ -201,6 +204,7 @@ class ControllerService:
             clock=clock,
             lease=self.lease,
             warnings=list(options.extra_warnings),
+            monotonic=options.monotonic,
         )
         # an unchanged heartbeat is covered by a plan at most two periods old: the periodic
         # tick is due within one period of the last and may take part of another

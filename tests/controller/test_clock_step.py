@@ -132,3 +132,56 @@ async def test_a_backward_step_moves_the_held_reports_times_to_now(tmp_path: Pat
     service.controller.tick()
     assert registry.host("h1").residencies[0].loaded_at == T  # type: ignore[union-attr]
     assert len([e for e in service.controller.events if e["event"] == "clock_stepped_back"]) == 1
+
+
+class Elapsed:
+    """A monotonic clock the test moves (the controller's ``monotonic``)."""
+
+    def __init__(self) -> None:
+        self.now = 500.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("told", [True, False], ids=["monotonic", "no-monotonic"])
+async def test_a_forward_step_keeps_every_living_host_fresh(tmp_path: Path, told: bool) -> None:
+    """The wall clock steps an hour ahead while one second elapses: with a monotonic clock
+    the controller tells the step from elapsed time and moves the heartbeats received
+    before it forward, so no host looks an hour stale; a controller given no monotonic
+    clock (a test's own wall clock) detects nothing and moves nothing."""
+    from tests.controller.simnodes import SimNode, sim_service
+    from tests.controller.test_http_flow import POLICY, profile
+
+    elapsed = Elapsed()
+    files = {"policy.yaml": POLICY, "gemma.yaml": profile("gemma", min_replicas=1)}
+    service, clock = sim_service(
+        tmp_path, files, clock=Clock(T), monotonic=elapsed if told else None
+    )
+    app = service.build_app()
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://ctl"
+    ) as client:
+        node = SimNode.for_controller(tmp_path / "state", "h1", client, clock)
+        assert (await node.register()).status_code < 300
+        await node.heartbeat(request_commands=False)
+    service.controller.tick()
+    clock.now, elapsed.now = T + 3600 + 1, elapsed.now + 1
+    service.controller.tick()
+    record = service.registry.host("h1")
+    assert record is not None
+    steps = [e for e in service.controller.events if e["event"] == "clock_stepped_forward"]
+    if told:
+        assert record.last_heartbeat == pytest.approx(T + 3600, abs=0.01)
+        assert len(steps) == 1 and steps[0]["message"].startswith("3600s: 1 host")
+        # ordinary time passing is no step: nothing moves again
+        clock.now, elapsed.now = clock.now + 30, elapsed.now + 30
+        service.controller.tick()
+        assert service.registry.host("h1").last_heartbeat == record.last_heartbeat  # type: ignore[union-attr]
+        assert (
+            len([e for e in service.controller.events if e["event"] == "clock_stepped_forward"])
+            == 1
+        )
+    else:
+        assert record.last_heartbeat == T and not steps

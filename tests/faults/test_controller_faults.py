@@ -452,9 +452,10 @@ def test_controller_wall_clock_jump(
         assert alive(engine)
         new = [a for a in f.actions() if a["action_id"] not in before]
         done = Counter((a["kind"], a["host_id"]) for a in new if a["state"] == "succeeded")
-        assert done[("warm", other)] == 1 and done[("drain", other)] == 1, new
-        assert done[("unload", other)] == 1 and max(done.values()) == 1, new
-        assert {a["host_id"] for a in new} == {other}  # the serving host was never touched
+        said = "\n".join(json.dumps(a, default=str) for a in new) + "\n" + decision(f)
+        assert done[("warm", other)] == 1 and done[("drain", other)] == 1, said
+        assert done[("unload", other)] == 1 and max(done.values()) == 1, said
+        assert {a["host_id"] for a in new} == {other}, said  # the serving host untouched
         f.assert_no_command_ran_twice()
     finally:
         offset_file.write_text("0")
