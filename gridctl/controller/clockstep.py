@@ -65,7 +65,11 @@ class ClockWatch:
             return
         step = (now - last[0]) - (elapsed_now - last[1])
         if step > CLOCK_STEP_TOLERANCE_SECONDS:
-            moved = self._forward(step, last[0])
+            # a heartbeat taken before the step reads at most the last check's time plus
+            # what elapsed since (``now - step``); one taken after it, at least the last
+            # check's time plus the step: the two never meet while the step exceeds the
+            # tolerance and the ticks come seconds apart
+            moved = self._forward(step, now - step)
             self._event(
                 "clock_stepped_forward",
                 message=f"{step:.0f}s: {moved} host heartbeat(s) moved forward with it",

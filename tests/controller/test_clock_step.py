@@ -164,17 +164,23 @@ async def test_a_forward_step_keeps_every_living_host_fresh(tmp_path: Path, told
         transport=httpx.ASGITransport(app=app), base_url="http://ctl"
     ) as client:
         node = SimNode.for_controller(tmp_path / "state", "h1", client, clock)
+        late = SimNode.for_controller(tmp_path / "state", "h2", client, clock)
         assert (await node.register()).status_code < 300
+        assert (await late.register()).status_code < 300
         await node.heartbeat(request_commands=False)
+        service.controller.tick()
+        # h2's heartbeat comes after that tick's check and before the step
+        clock.now, elapsed.now = T + 0.5, elapsed.now + 0.5
+        await late.heartbeat(request_commands=False)
+    clock.now, elapsed.now = T + 3600 + 1, elapsed.now + 0.5
     service.controller.tick()
-    clock.now, elapsed.now = T + 3600 + 1, elapsed.now + 1
-    service.controller.tick()
-    record = service.registry.host("h1")
-    assert record is not None
+    record, other = service.registry.host("h1"), service.registry.host("h2")
+    assert record is not None and other is not None
     steps = [e for e in service.controller.events if e["event"] == "clock_stepped_forward"]
     if told:
         assert record.last_heartbeat == pytest.approx(T + 3600, abs=0.01)
-        assert len(steps) == 1 and steps[0]["message"].startswith("3600s: 1 host")
+        assert other.last_heartbeat == pytest.approx(T + 3600.5, abs=0.01)
+        assert len(steps) == 1 and steps[0]["message"].startswith("3600s: 2 host")
         # ordinary time passing is no step: nothing moves again
         clock.now, elapsed.now = clock.now + 30, elapsed.now + 30
         service.controller.tick()
@@ -184,4 +190,4 @@ async def test_a_forward_step_keeps_every_living_host_fresh(tmp_path: Path, told
             == 1
         )
     else:
-        assert record.last_heartbeat == T and not steps
+        assert record.last_heartbeat == T and other.last_heartbeat == T + 0.5 and not steps
