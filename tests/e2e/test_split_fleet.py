@@ -138,7 +138,9 @@ spec:
   mutation_cooldown_seconds: 1
 """
 
-# chat requests until told to stop; every answer the router gives with 200 must be a
+# chat requests until told to stop, about two a second (a caller that waits between
+# questions: a closed loop with no pause would hold a core for the whole test and slow
+# the re-formations it watches); every answer the router gives with 200 must be a
 # whole one (a non-empty completion), whatever happens to the split meanwhile
 TRAFFIC = """
 import json, ssl, sys, time
@@ -166,6 +168,7 @@ with httpx.Client(verify=ctx, timeout=60) as client:
         text = r.json()["choices"][0]["message"].get("content") or ""
         ok += 1
         empty += 0 if text.strip() else 1
+        time.sleep(0.5)
 Path(args["out"]).write_text(json.dumps({"ok": ok, "failed": failed, "empty": empty}))
 """
 
