@@ -27,6 +27,8 @@ settings.load_profile("ci")
 # scripts/mutation runs each mutant against its tests; it caps every property's examples
 # (GRIDCTL_MUTATION_EXAMPLES) so a pass over thousands of mutants fits a small machine.
 MUTATION_EXAMPLES = int(os.environ.get("GRIDCTL_MUTATION_EXAMPLES", "0"))
+# the longest test files start first (tests/scheduling.py); --store-durations records them
+pytest_plugins = ["tests.scheduling", "pytester"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
