@@ -208,7 +208,7 @@ def _advertised(value: Any) -> int | None:
 class Registry:
     """Thread-safe store of host records; every mutation validates first."""
 
-    def __init__(self, route_lease_seconds: float = 60.0) -> None:
+    def __init__(self, route_lease_seconds: float | Callable[[], float] = 60.0) -> None:
         self._lock = threading.RLock()
         self._hosts: dict[str, HostRecord] = {}
         # model -> hosts whose record has a route for it: the router's admission reads
@@ -216,7 +216,12 @@ class Registry:
         self._route_hosts: dict[str, set[str]] = {}
         self._active: dict[tuple[str, str], int] = {}  # (host, model) -> router-owned count
         self._last_used: dict[str, float] = {}  # model -> controller-clock watermark
-        self.route_lease_seconds = route_lease_seconds
+        # the policy's route_lease_seconds: a callable reads the revision in force each time
+        self._route_lease: Callable[[], float] = (
+            route_lease_seconds
+            if callable(route_lease_seconds)
+            else (lambda: float(route_lease_seconds))
+        )
         # a node speaks only for itself, and only forward (``hostclaims``)
         self.foreign_claims = ForeignClaims()
         self.sequences = ReportSequences()
@@ -235,6 +240,15 @@ class Registry:
         # host -> (latency ms, tokens/s); set by the router, never exposed in discovery.
         # per (host, model): the router's speed evidence (``Attribution.model_speeds``)
         self.measured: Callable[[], Mapping[tuple[str, str], Any]] | None = None
+
+    @property
+    def route_lease_seconds(self) -> float:
+        """How long a route stays live after its host's last heartbeat or probe."""
+        return self._route_lease()
+
+    def follow_route_lease(self, source: Callable[[], float]) -> None:
+        """Read the route lease from ``source`` from now on (the policy in force)."""
+        self._route_lease = source
 
     # -- intake ---------------------------------------------------------------
 

@@ -206,6 +206,8 @@ class ControllerService:
             warnings=list(options.extra_warnings),
             monotonic=options.monotonic,
         )
+        controller = self.controller
+        self.registry.follow_route_lease(lambda: controller.policy().route_lease_seconds)
         # an unchanged heartbeat is covered by a plan at most two periods old: the periodic
         # tick is due within one period of the last and may take part of another
         self.controller.cover_seconds = 2 * options.tick_interval
