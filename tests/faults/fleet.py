@@ -52,6 +52,11 @@ spec:
   failure_backoff_max_seconds: 4
   observation_timeout_seconds: 10
   heartbeat_stale_seconds: {stale}
+  # heartbeats come every second here: a silent host's routes end after 20 s instead of
+  # a minute, and a restarted controller waits 10 s (not 60) before destructive work
+  route_lease_seconds: 20
+  destructive_min_route_lease_seconds: 10
+  membership_recovery_grace_seconds: 10
 """
 
 
