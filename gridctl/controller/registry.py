@@ -169,10 +169,23 @@ def _steady_time(new: float | None, old: float | None) -> float | None:
     return old
 
 
+def _steady_loaded(new: float | None, old: float | None) -> float | None:
+    """A residency still in the same state was not loaded again later: its load time
+    never moves forward. A node whose wall clock stepped back reports the age of an
+    engine it loaded before the step as zero on every heartbeat (it cannot be negative);
+    taken at its word, that replica would look freshly loaded each time, and the
+    scale-down's keep order (the longest-loaded replica stays) would flip between
+    heartbeats and withdraw a drain it had just issued."""
+    if new is not None and old is not None and new > old:
+        return old
+    return _steady_time(new, old)
+
+
 def _steady_residencies(parsed: list[Residency], prior: HostRecord | None) -> tuple[Residency, ...]:
     """Keep the prior controller-clock ``loaded_at``/``last_used_at`` of a residency whose
     reported age moved by no more than transit jitter (as ``_steady_ages`` does for the
-    cache), so an unchanged host reads the same to the planner on every heartbeat."""
+    cache), so an unchanged host reads the same to the planner on every heartbeat; the
+    load time of a residency in the same state only ever moves back (``_steady_loaded``)."""
     seen = {(r.model_id, r.state): r for r in prior.residencies} if prior else {}
     steady = []
     for residency in parsed:
@@ -180,7 +193,7 @@ def _steady_residencies(parsed: list[Residency], prior: HostRecord | None) -> tu
         if old is not None:
             residency = replace(
                 residency,
-                loaded_at=_steady_time(residency.loaded_at, old.loaded_at),
+                loaded_at=_steady_loaded(residency.loaded_at, old.loaded_at),
                 last_used_at=_steady_time(residency.last_used_at, old.last_used_at),
             )
         steady.append(residency)
@@ -706,13 +719,23 @@ class Registry:
     def forward_heartbeats(self, step: float, before: float) -> int:
         """The wall clock stepped forward by ``step`` after ``before``: each host's last
         heartbeat received at or before ``before`` moves forward by the step, so its age
-        stays what elapsed. Returns how many moved."""
+        stays what elapsed, and so do its residencies' load and last-use times (a load
+        time only moves back on a later heartbeat: ``_steady_loaded``). Returns how many
+        hosts moved."""
+
+        def later(at: float | None) -> float | None:
+            return at + step if at is not None and at <= before else at
+
         moved = 0
         with self._lock:
             for host_id, record in list(self._hosts.items()):
                 if record.last_heartbeat <= before:
+                    residencies = tuple(
+                        replace(r, loaded_at=later(r.loaded_at), last_used_at=later(r.last_used_at))
+                        for r in record.residencies
+                    )
                     self._hosts[host_id] = replace(
-                        record, last_heartbeat=record.last_heartbeat + step
+                        record, last_heartbeat=record.last_heartbeat + step, residencies=residencies
                     )
                     moved += 1
         return moved
