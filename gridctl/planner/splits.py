@@ -29,6 +29,14 @@ Rules, kept deliberately simple:
 * The profile's ``memory_mb`` (on llama.cpp) is the whole replica's budget, KV
   cache included, so it is the model's weight bytes for the planner and the
   per-token KV cost is zero: the selected context is the native one.
+* A split keeps its hosts (``keeping_stage_hosts``). The hosts serving a stage of the
+  model's newest generation (the highest coordinator term any host reports) are
+  tried first, joined by the fewest other hosts (most free memory first, then host
+  id) the topology needs; the first such plan that uses every one of them wins.
+  Only when none does is the split planned afresh over every eligible host. So a
+  host joining the fleet, or one with a smaller id, never moves a split that
+  still fits where it is (each move is a new coordinator term: the stages stop
+  and load again); a stage host that left is replaced by the fewest hosts needed.
 
 A split's coordinator engine, once running (a residency with ``split_term``), is not
 a replica of its own to placement (``without_split_coordinators``).
@@ -56,7 +64,7 @@ from gridctl.planner.placement_filters import first_rejection
 from gridctl.planner.workspace import Workspace
 
 if TYPE_CHECKING:
-    from gridctl.split import PlanRequest
+    from gridctl.split import PlanRequest, TopologyPlan
 
 # ``gridctl.split`` (fencing, claims and the topology planner: about 15 ms of a fresh
 # process) is imported by the first model that asks for a split; nearly every plan has none
@@ -165,6 +173,46 @@ def stage_hosts(ws: Workspace, model_id: str) -> list[str]:
     return hosts
 
 
+def serving_stage_hosts(ws: Workspace, model_id: str) -> list[str]:
+    """The hosts that report a stage of the model's newest split generation (the
+    highest coordinator term reported for it), in stage order."""
+    reported = sorted(
+        (-stage.coordinator_term, stage.stage_index, host_id)
+        for host_id, view in ws.views.items()
+        for stage in view.host.split_stages or ()
+        if stage.model_id == model_id
+    )
+    if not reported:
+        return []
+    newest = reported[0][0]
+    return [host_id for term, _, host_id in reported if term == newest]
+
+
+def keeping_stage_hosts(ws: Workspace, model_id: str, hosts: list[str]) -> TopologyPlan | None:
+    """The split over the hosts already serving its stages (those still among ``hosts``)
+    and the fewest others it needs, or None when no such plan uses every one of them."""
+    from gridctl.split import PlanRejection, plan_topology
+
+    split = ws.profiles[model_id].split
+    assert split is not None
+    usable = set(hosts)
+    serving = [h for h in serving_stage_hosts(ws, model_id) if h in usable]
+    if not serving:
+        return None
+    others = sorted(
+        (h for h in hosts if h not in serving), key=lambda h: (-stage_budget_mb(ws, h), h)
+    )
+    for count in range(max(2, len(serving)), min(split.max_stages, len(hosts)) + 1):
+        subset = serving + others[: count - len(serving)]
+        found = plan_topology(split_request(ws, model_id, subset))
+        if isinstance(found, PlanRejection):
+            continue
+        if set(serving) <= {s.node_id for s in found.stages}:
+            return found
+        return None  # the fewer hosts it needs leave one of its own: plan afresh
+    return None
+
+
 def split_request(ws: Workspace, model_id: str, hosts: list[str]) -> PlanRequest:
     from gridctl.split import ModelShape, PlannerNode, PlanRequest
 
@@ -194,7 +242,9 @@ def plan_split(ws: Workspace, model_id: str) -> SplitPlacement | str:
     hosts = stage_hosts(ws, model_id)
     if len(hosts) < 2:
         return f"split: {len(hosts)} eligible host(s) with free memory for a stage, 2 needed"
-    found = plan_topology(split_request(ws, model_id, hosts))
+    found = keeping_stage_hosts(ws, model_id, hosts) or plan_topology(
+        split_request(ws, model_id, hosts)
+    )
     if isinstance(found, PlanRejection):
         return f"split: {found.reason.value} across {len(hosts)} hosts ({found.message})"
     if found.stage_count > split.max_stages:

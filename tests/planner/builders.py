@@ -22,9 +22,11 @@ from gridctl.domain import (
     HostState,
     ModelDemand,
     ModelProfile,
+    ObservedStage,
     Ownership,
     Residency,
     ResidencyState,
+    SplitPlacement,
 )
 from gridctl.domain.profiles import Artifact
 
@@ -171,6 +173,34 @@ def manual(model_id: str, memory_mb: int, **changes: Any) -> Residency:
 
 def with_residents(snapshot_host: HostSnapshot, *rows: Residency) -> HostSnapshot:
     return replace(snapshot_host, residencies=tuple(rows))
+
+
+def serving_stages(
+    hosts: tuple[HostSnapshot, ...],
+    split: SplitPlacement,
+    term: int,
+    only: frozenset[str] | None = None,
+) -> tuple[HostSnapshot, ...]:
+    """``hosts`` once the split's stages (or those on the ``only`` hosts) report serving
+    under ``term``, as nodes report accepted coordinator claims."""
+    count = len(split.stages)
+    stages = {
+        s.host_id: ObservedStage(
+            split.model_id,
+            split.coordinator_host_id,
+            term,
+            index,
+            count,
+            s.layer_start,
+            s.layer_end,
+            f"10.0.0.{index + 1}:5000",
+        )
+        for index, s in enumerate(split.stages)
+        if only is None or s.host_id in only
+    }
+    return tuple(
+        replace(h, split_stages=(stages[h.host_id],)) if h.host_id in stages else h for h in hosts
+    )
 
 
 def with_cache(snapshot_host: HostSnapshot, *models: tuple[str, str | None]) -> HostSnapshot:

@@ -9,6 +9,7 @@ from gridctl.domain import (
     DataTier,
     HostState,
     ModelProfile,
+    ObservedStage,
     Plan,
     SplitPolicy,
     UnsatisfiedCode,
@@ -16,7 +17,16 @@ from gridctl.domain import (
 from gridctl.planner import plan_bytes, plan_placement
 from gridctl.planner.plan_document import plan_document
 
-from .builders import baseline, cpu_box_64g, fleet, laptop_16g, mini_32g, policy, resident
+from .builders import (
+    baseline,
+    cpu_box_64g,
+    fleet,
+    laptop_16g,
+    mini_32g,
+    policy,
+    resident,
+    serving_stages,
+)
 from .builders import with_residents as holding
 
 GEMMA_SPLIT = SplitPolicy(max_stages=3, layers=26, native_context=32768)
@@ -146,3 +156,84 @@ def test_a_plan_with_a_split_crosses_a_process_boundary_unchanged() -> None:
     again = pickle.loads(pickle.dumps(plan))
     assert again == plan and plan_bytes(again) == plan_bytes(plan)
     assert again.splits == plan.splits and again.splits
+
+
+def stage_rows(plan: Plan) -> list[tuple[str, int, int]]:
+    (split,) = plan.splits
+    return [(s.host_id, s.layer_start, s.layer_end) for s in split.stages]
+
+
+def test_a_host_joining_with_a_smaller_id_does_not_move_a_serving_split() -> None:
+    # four equal hosts; the split takes the first three by id
+    hosts = tuple(laptop_16g(f"lap-{c}") for c in "bcde")
+    rules = policy(admission_headroom_mb=0)
+    first = plan_placement([big(30_000)], fleet(*hosts), rules)
+    assert [h for h, _, _ in stage_rows(first)] == ["lap-b", "lap-c", "lap-d"]
+    # its stages serve; then lap-a, as large and first by id, joins
+    joined = (laptop_16g("lap-a"), *serving_stages(hosts, first.splits[0], term=1))
+    kept = plan_placement([big(30_000)], fleet(*joined), rules)
+    assert stage_rows(kept) == stage_rows(first)
+    # without the stages' reports the same fleet plans afresh, over lap-a
+    fresh = plan_placement([big(30_000)], fleet(laptop_16g("lap-a"), *hosts), rules)
+    assert [h for h, _, _ in stage_rows(fresh)] == ["lap-a", "lap-b", "lap-c"]
+
+
+def test_a_forming_split_keeps_the_stage_that_already_took_its_claim() -> None:
+    # lap-a, lap-b and lap-d are up: the split is planned over them. lap-d's stage took
+    # its claim (the others have not answered yet) when lap-c joins: lap-c is as large
+    # and before lap-d by id, yet the split stays where it is forming
+    hosts = tuple(laptop_16g(f"lap-{c}") for c in "abd")
+    rules = policy(admission_headroom_mb=0)
+    first = plan_placement([big(30_000)], fleet(*hosts), rules)
+    assert [h for h, _, _ in stage_rows(first)] == ["lap-a", "lap-b", "lap-d"]
+    only_d = serving_stages(hosts, first.splits[0], 1, only=frozenset({"lap-d"}))
+    again = plan_placement([big(30_000)], fleet(laptop_16g("lap-c"), *only_d), rules)
+    assert stage_rows(again) == stage_rows(first)
+    # a fresh plan of the same four hosts would have taken lap-c instead
+    fresh = plan_placement([big(30_000)], fleet(laptop_16g("lap-c"), *hosts), rules)
+    assert [h for h, _, _ in stage_rows(fresh)] == ["lap-a", "lap-b", "lap-c"]
+
+
+def test_a_lost_stage_host_is_replaced_and_the_others_stay() -> None:
+    hosts = tuple(laptop_16g(f"lap-{c}") for c in "bcde")
+    rules = policy(admission_headroom_mb=0)
+    first = plan_placement([big(30_000)], fleet(*hosts), rules)
+    reported = serving_stages(hosts, first.splits[0], term=4)
+    gone = "lap-c"
+    left = tuple(h for h in reported if h.host_id != gone)
+    again = plan_placement([big(30_000)], fleet(laptop_16g("lap-a"), *left), rules)
+    stages = [h for h, _, _ in stage_rows(again)]
+    assert gone not in stages and len(stages) == 3
+    # the hosts still serving stay, and the largest other host, first by id, joins them
+    assert set(stages) == {"lap-a", "lap-b", "lap-d"}
+
+
+def test_only_the_newest_generation_counts_as_serving() -> None:
+    # a host still reports a stage of an older term (its release has not landed yet):
+    # the split keeps the newest term's hosts, not the stale one
+    hosts = tuple(laptop_16g(f"lap-{c}") for c in "bcde")
+    rules = policy(admission_headroom_mb=0)
+    first = plan_placement([big(30_000)], fleet(*hosts), rules)
+    reported = list(serving_stages(hosts, first.splits[0], term=2))
+    stale = ObservedStage("big", "lap-x", 1, 0, 3, 0, 9, "10.0.0.9:5000")
+    reported = [replace(h, split_stages=(stale,)) if h.host_id == "lap-e" else h for h in reported]
+    again = plan_placement([big(30_000)], fleet(laptop_16g("lap-a"), *reported), rules)
+    assert stage_rows(again) == stage_rows(first)
+
+
+def test_a_serving_split_that_no_longer_fits_is_planned_afresh() -> None:
+    hosts = tuple(laptop_16g(f"lap-{c}") for c in "bcd")
+    rules = policy(admission_headroom_mb=0)
+    first = plan_placement([big(30_000)], fleet(*hosts), rules)
+    reported = serving_stages(hosts, first.splits[0], term=1)
+    # lap-c is throttled to nothing new: the split moves to hosts that hold it
+    shrunk = tuple(
+        replace(h, resources=replace(h.resources, capacity_mb=4000)) if h.host_id == "lap-c" else h
+        for h in reported
+    )
+    others = (mini_32g("mini-a"), laptop_16g("lap-e"))
+    again = plan_placement([big(30_000)], fleet(*others, *shrunk), rules)
+    assert "lap-c" not in [h for h, _, _ in stage_rows(again)]
+    # the same plan as a fleet where no stage serves
+    plain = tuple(replace(h, split_stages=None) for h in shrunk)
+    assert again.splits == plan_placement([big(30_000)], fleet(*others, *plain), rules).splits

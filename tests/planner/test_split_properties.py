@@ -41,6 +41,7 @@ from .builders import (
     laptop_16g,
     mini_32g,
     resident,
+    serving_stages,
     with_residents,
 )
 from .rules import admits, static_ok
@@ -259,6 +260,29 @@ def test_split_plans_are_deterministic(inputs: Inputs, shuffler: random.Random) 
     again = plan_placement(shuffled, replace(snapshot, hosts=tuple(hosts)), policy)
     assert plan_bytes(again) == first
     assert input_digest(profiles, snapshot, policy) == again.input_digest
+
+
+@PROPERTY
+@given(split_fleets(), st.sampled_from((8192, 16384, 24576, 32768)), st.sampled_from(("a", "z")))
+def test_a_joining_host_never_moves_a_split_that_still_fits(
+    inputs: Inputs, capacity_mb: int, name: str
+) -> None:
+    """One model that allows a split: once its stages serve, a host joining (first or last
+    by id, of any size) leaves the split exactly where it is, unless the new host holds
+    the whole model (a whole replica beats a split)."""
+    profiles, snapshot, policy = inputs
+    only = [p for p in profiles if p.name == "big"]
+    plan = plan_placement(only, snapshot, policy)
+    if not plan.splits:
+        return
+    (split,) = plan.splits
+    joined = host(name, capacity_mb)
+    serving = replace(snapshot, hosts=serving_stages(snapshot.hosts, split, 1))
+    again = plan_placement(only, replace(serving, hosts=(*serving.hosts, joined)), policy)
+    if again.assignments_for("big"):
+        assert [a.host_id for a in again.assignments_for("big")] == [name]
+        return
+    assert again.splits == (split,)
 
 
 def test_the_pipeline_here_is_plan_placements() -> None:
