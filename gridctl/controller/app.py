@@ -8,6 +8,8 @@ input gets a 4xx JSON body naming the field and changes nothing.
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -71,6 +73,51 @@ async def http_error(request: Request, exc: Exception) -> Response:
     return answer
 
 
+class TickWaiters:
+    """Control heartbeats waiting for a tick to process their revision: a future each on
+    the serving loop, in a heap by revision. A tick that ends releases the waiters its
+    revision covers, each once, so its cost does not grow with the number still waiting
+    (thousands of hosts poll at once). A waiter that gave up (its poll timed out) is
+    cancelled and dropped when reached, or when such waiters are half the heap."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int, asyncio.Future[bool]]] = []
+        self._order = itertools.count()  # equal revisions: first come, first released
+        self._abandoned = 0  # cancelled futures still in the heap
+
+    @property
+    def waiting(self) -> int:
+        """How many polls wait now."""
+        return len(self._heap) - self._abandoned
+
+    def add(self, revision: int, loop: asyncio.AbstractEventLoop) -> asyncio.Future[bool]:
+        future: asyncio.Future[bool] = loop.create_future()
+        heapq.heappush(self._heap, (revision, next(self._order), future))
+        return future
+
+    def abandon(self, future: asyncio.Future[bool]) -> None:
+        """The poll is done with ``future``: released already, or it stops waiting."""
+        if future.done():
+            return
+        future.cancel()
+        self._abandoned += 1
+        if self._abandoned * 2 > len(self._heap):
+            self._heap = [w for w in self._heap if not w[2].done()]
+            heapq.heapify(self._heap)
+            self._abandoned = 0
+
+    def release(self, processed: int, success: int) -> None:
+        """Answer every waiter whose revision a tick processed: True when a successful
+        tick covered it (``Revisions.covered``)."""
+        heap = self._heap
+        while heap and heap[0][0] <= processed:
+            revision, _, future = heapq.heappop(heap)
+            if future.done():  # (cancelled by ``abandon``)
+                self._abandoned -= 1
+            else:
+                future.set_result(success >= revision)
+
+
 def guarded(handler: Handler) -> Handler:
     async def wrapper(request: Request) -> Response:
         try:
@@ -111,7 +158,7 @@ class ControllerApp:
         self.extra_routes = extra_routes or []
         self.render_metrics = metrics
         # control heartbeats waiting for a tick: futures on the serving loop, no threads
-        self._waiters: list[tuple[int, asyncio.Future[bool]]] = []
+        self._waiters = TickWaiters()
         self._loop: asyncio.AbstractEventLoop | None = None
         controller.revision_listeners.append(self._revision_advanced)
         # the cached status: its revision, the document, the plan it was built from
@@ -193,29 +240,25 @@ class ControllerApp:
         if covered is not None:
             return covered
         self._loop = asyncio.get_running_loop()
-        waiter: tuple[int, asyncio.Future[bool]] = (revision, self._loop.create_future())
-        self._waiters.append(waiter)
+        future = self._waiters.add(revision, self._loop)
         try:
             covered = self.ctl.revisions.covered(revision)  # a tick may have ended meanwhile
             if covered is not None:
                 return covered
-            return await asyncio.wait_for(asyncio.shield(waiter[1]), timeout)
+            return await asyncio.wait_for(asyncio.shield(future), timeout)
         except TimeoutError:
             return False
         finally:
-            self._waiters.remove(waiter)
+            self._waiters.abandon(future)
 
     def _revision_advanced(self) -> None:
         """Called from the tick thread (or the loop) when the processed revision moved."""
         loop = self._loop
-        if self._waiters and loop is not None and not loop.is_closed():
+        if self._waiters.waiting and loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._release_waiters)
 
     def _release_waiters(self) -> None:
-        for revision, future in list(self._waiters):
-            covered = self.ctl.revisions.covered(revision)
-            if covered is not None and not future.done():
-                future.set_result(covered)
+        self._waiters.release(*self.ctl.revisions.progress())
 
     def _node_answer(self, answer: dict[str, Any]) -> dict[str, Any]:
         if self.node_extras is not None:

@@ -108,6 +108,12 @@ class Revisions:
                 return None
             return self._values["success"] >= revision
 
+    def progress(self) -> tuple[int, int]:
+        """The processed and the successful revision, read together: ``covered(r)`` is
+        None for ``r`` past the first, else whether ``r`` is within the second."""
+        with self._lock:
+            return self._values["processed"], self._values["success"]
+
     def wait(self, revision: int, timeout: float) -> bool:
         """Block until a tick has processed ``revision`` (or ``timeout`` passes); True only
         when a *successful* tick covered it (a failed tick plans nothing new)."""

@@ -39,16 +39,18 @@ def _pending_json(held: PendingAction) -> dict[str, Any]:
 def _hosts(ctl: Controller, now: float) -> list[dict[str, Any]]:
     policy = ctl.policy()
     rows = []
+    planned = ctl.view.snapshot
+    # the tick's view of each host, by id (a lookup per host: linear in the fleet)
+    planned_hosts = {h.host_id: h for h in planned.hosts} if planned is not None else {}
     for record in ctl.registry.hosts():
         res = record.resources
         routable = {r.model_id: r.endpoint for r in ctl.registry.routable_on(record.host_id, now)}
         residencies = []
         used = res.external_mb
         snapshot_states = {}
-        if ctl.view.snapshot is not None:
-            snap_host = ctl.view.snapshot.host(record.host_id)
-            if snap_host is not None:
-                snapshot_states = {r.model_id: r.state.value for r in snap_host.residencies}
+        snap_host = planned_hosts.get(record.host_id)
+        if snap_host is not None:
+            snapshot_states = {r.model_id: r.state.value for r in snap_host.residencies}
         for r in record.residencies:
             if r.state.occupies_memory:
                 used += r.memory_mb
