@@ -12,6 +12,9 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from starlette.routing import Match, Route, Router
 
 import gridctl.controller.app as app_module
 import gridctl.controller.joining as joining_module
@@ -295,3 +298,47 @@ async def test_router_demand_wakes_the_tick_loop_but_holds_back_no_poll(quiet: A
         await host.heartbeat(request_commands=True)
         assert ctl.view.ticks == ticks  # answered from the last tick
         assert ctl.revisions["processed"] == ctl.revisions["dirty"]
+
+
+@given(
+    st.lists(
+        st.sampled_from(["", "nodes", "heartbeat", "local-1", "a b", "%2F", "x.y", "/"]),
+        max_size=5,
+    )
+)
+def test_the_heartbeat_front_takes_exactly_the_paths_the_route_takes(parts: list[str]) -> None:
+    """``heartbeat_node`` against the real Starlette route it stands in front of."""
+    path = "/" + "/".join(parts)
+    route = Route("/nodes/{node_id}/heartbeat", lambda _request: None, methods=["POST"])
+    match, child = route.matches({"type": "http", "path": path, "method": "POST"})
+    expected = child["path_params"]["node_id"] if match is Match.FULL else None
+    assert app_module.heartbeat_node(path) == expected
+
+
+async def test_heartbeats_skip_the_routing_and_the_rest_reaches_the_routes(
+    quiet: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node's heartbeat is answered in front of the router (the same handler); another
+    method or path on it gets the routes' own answers, as before."""
+    service, client, clock = quiet
+    routed: list[str] = []
+    real = Router.__call__
+
+    async def counting(self: Router, scope: Any, receive: Any, send: Any) -> None:
+        routed.append(scope["path"])
+        await real(self, scope, receive, send)
+
+    monkeypatch.setattr(Router, "__call__", counting)
+    async with client:
+        host = node(service, client, clock, 1)
+        await host.register()
+        assert routed == ["/nodes/local-1"]
+        answer = await host.heartbeat(request_commands=False)
+        assert "allocator" in answer and routed == ["/nodes/local-1"]
+        refused = await client.post("/nodes/local-1/heartbeat", content=b"{")
+        assert refused.status_code == 401  # no credential: the guard's answer, unrouted
+        assert "error" in refused.json() and len(routed) == 1
+        assert (await client.get("/nodes/local-1/heartbeat")).status_code == 405
+        assert (await client.post("/nodes/local-1/heartbeat/")).status_code in (307, 404)
+        assert (await client.post("/nodes/a/b/heartbeat")).status_code == 404
+        assert len(routed) == 4
