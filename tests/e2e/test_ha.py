@@ -32,6 +32,7 @@ from openai import OpenAI
 from gridctl.controller.store import ControllerStore
 from gridctl.controller.stores.postgres import PostgresBackend, PostgresLocation
 from tests.e2e.harness import (
+    ENGINE_THREADS,
     GEMMA,
     ROOT,
     VERIFY,
@@ -116,6 +117,7 @@ class HaFleet:
             args += ["--external-mb", "0", "--reserved-mb", "0", "--heartbeat-seconds", "1"]
             args += ["--failure-domain", f"zone-{n}"]
             args += ["--port-range", f"{first}-{first + PORTS_PER_HOST - 1}"]
+            args += ["--engine-threads", str(ENGINE_THREADS)]
             log = (self.root / f"{host}.log").open("ab")
             self.nodes.append(
                 subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)

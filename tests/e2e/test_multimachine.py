@@ -21,7 +21,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.e2e.harness import GEMMA, DesiredRepo, profile_yaml, wait_for
+from tests.e2e.harness import ENGINE_THREADS, GEMMA, DesiredRepo, profile_yaml, wait_for
 from tests.netfleet import Host, NetFleet, wait_http
 
 pytestmark = pytest.mark.e2e
@@ -281,6 +281,8 @@ def start_node(world: World, name: str, index: int, url: str, capacity_mb: int) 
             f"{23000 + 10 * index}-{23009 + 10 * index}",
             "--heartbeat-seconds",
             "1",
+            "--engine-threads",
+            str(ENGINE_THREADS),
             "--foreground",
         ],
         stdout=gridctl_log(tmp_path / f"node-{name}.log"),
@@ -489,6 +491,8 @@ def test_an_ipv6_fleet_joins_through_the_operator_api(netfleet: NetFleet, tmp_pa
             "0",
             "--heartbeat-seconds",
             "1",
+            "--engine-threads",
+            str(ENGINE_THREADS),
             "--foreground",
         ],
         stdout=gridctl_log(tmp_path / "node.log"),
@@ -519,6 +523,8 @@ def test_an_ipv6_fleet_joins_through_the_operator_api(netfleet: NetFleet, tmp_pa
             host.ip6,
             "--state-dir",
             str(tmp_path / "other"),
+            "--engine-threads",
+            str(ENGINE_THREADS),
             "--foreground",
         ],
         timeout=60,
@@ -539,6 +545,8 @@ def test_an_ipv6_fleet_joins_through_the_operator_api(netfleet: NetFleet, tmp_pa
             "intruder",
             "--state-dir",
             str(tmp_path / "plain"),
+            "--engine-threads",
+            str(ENGINE_THREADS),
             "--foreground",
         ],
         timeout=60,
