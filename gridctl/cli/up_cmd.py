@@ -41,6 +41,13 @@ def _machines(value: str) -> int:
     return n
 
 
+def _engine_threads(value: str) -> int:
+    n = int(value)
+    if n < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return n
+
+
 def _fleet_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--machines",
@@ -75,6 +82,14 @@ def _fleet_args(parser: argparse.ArgumentParser) -> None:
         metavar="PORT",
         help="first engine port; each logical host gets 50 (default 23000)",
     )
+    parser.add_argument(
+        "--engine-threads",
+        type=_engine_threads,
+        default=0,
+        metavar="N",
+        help="threads of each engine child (default: an equal share of this machine's cores "
+        "per logical host)",
+    )
     add_log_format_argument(parser)  # of the controller's and the nodes' logs
 
 
@@ -87,6 +102,7 @@ def _settings(args: argparse.Namespace) -> FleetSettings:
         state_root=str(Path(root).resolve()),
         port=args.port,
         engine_port_base=args.engine_port_base,
+        engine_threads=args.engine_threads,
         log_format=args.log_format,
     )
 

@@ -8,9 +8,12 @@ import os
 import socket
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gridctl.cli import up_cmd
+from gridctl.cli.main import build_parser
 from gridctl.credentials import issue_node_credential, load_or_create_signing_key, write_secret_file
 from gridctl.fleetrun import (
     MAX_MACHINES,
@@ -70,3 +73,14 @@ def test_node_daemons_are_started_with_their_share(tmp_path: Path) -> None:
         assert all("512 MB, 3 engine threads" in line for line in said)
     finally:
         assert stop_fleet(run) == []
+
+
+@pytest.mark.parametrize("command", [["up"], ["fleet", "up"]])
+def test_the_operator_sets_engine_threads_or_gets_the_share(command: list[str]) -> None:
+    parser = build_parser(command[0])
+    chosen = up_cmd._settings(parser.parse_args([*command, "--engine-threads", "3"]))
+    assert chosen.engine_threads == 3
+    # unset, the fleet computes each host's share when it starts
+    assert up_cmd._settings(parser.parse_args(command)).engine_threads == 0
+    with pytest.raises(SystemExit):
+        parser.parse_args([*command, "--engine-threads", "0"])

@@ -195,6 +195,8 @@ class Fleet:
             str(self.port),
             "--engine-port-base",
             str(self.engine_port_base),
+            "--engine-threads",
+            str(ENGINE_THREADS),
         ]
         log = self.log_path.open("wb")
         self.started_at = time.monotonic()
