@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from gridctl.cli.ca_cmd import parse_duration
 from gridctl.client import DEFAULT_CONTROLLER
+from gridctl.controller.collector import settle as settle_collector
 from gridctl.controller.reading import DEFAULT_INTERVAL_SECONDS, SourceOptions
 from gridctl.credentials import DEFAULT_TTL_SECONDS
 from gridctl.errors import GridctlError
@@ -302,6 +303,7 @@ def run(args: argparse.Namespace) -> int:
         say(f"fleet CA {service.identity.pinned_fingerprint()}")
     if service.source is not None:
         say(f"desired state: {describe_source(service.source.status())}")
+    settle_collector()  # everything is imported and loaded: freeze it, raise the thresholds
     service.run()
     return 0
 
