@@ -25,6 +25,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
+from gridctl.controller.collector import settle as settle_collector
 from gridctl.domain import ModelDemand, Plan
 from gridctl.planner.portfolio_types import PortfolioResult
 from gridctl.reconcile import ReconcileResult
@@ -72,7 +73,11 @@ def _ready() -> int:
 
 def _start_worker(parent: int) -> None:
     """Worker initializer: exit once the parent is gone (a SIGKILLed controller must not
-    leave a planner behind)."""
+    leave a planner behind), and settle the collector as the serving process does: a
+    tick unpickles a whole fleet and plans on it, and with CPython's default thresholds
+    its collections re-scanned what the worker had imported (at 10,000 hosts, unpickling
+    took 57-77 ms and planning 194-258 ms; settled, 39-51 and 174-225 ms)."""
+    settle_collector()
 
     def watch() -> None:
         while os.getppid() == parent:

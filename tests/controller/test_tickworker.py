@@ -4,6 +4,7 @@ fails one tick and the next recovers, and the worker does not outlive its contro
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import subprocess
@@ -14,6 +15,7 @@ from typing import Any
 import psutil
 import pytest
 
+from gridctl.controller.collector import THRESHOLDS
 from gridctl.controller.tickworker import ProcessTicks, TickWorkerLost
 from gridctl.tick.computing import compute_tick
 from tests.controller.test_heartbeat_scale import node, quiet  # noqa: F401  (a fixture)
@@ -101,6 +103,17 @@ def test_a_lost_worker_is_named_when_called_directly() -> None:
         assert wait_gone(pid)
         with pytest.raises(TickWorkerLost, match="planning process exited"):
             ticks(None)  # type: ignore[arg-type]  # never reaches the worker
+    finally:
+        ticks.close()
+
+
+def test_the_worker_plans_with_the_collector_settled() -> None:
+    ticks = ProcessTicks()
+    try:
+        ticks.start()
+        pool = ticks._executor()
+        assert pool.submit(gc.get_threshold).result() == THRESHOLDS
+        assert pool.submit(gc.get_freeze_count).result() > 0  # what it imported is frozen
     finally:
         ticks.close()
 
