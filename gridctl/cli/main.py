@@ -9,6 +9,14 @@ from collections.abc import Sequence
 
 from gridctl.errors import GridctlError
 
+# httpx's package imports its own command line whenever click, rich and pygments are
+# installed (they are, for textual): about 30 ms of every node, controller and CLI
+# process, for a command gridctl never runs. A None entry makes that import fail, and
+# httpx then leaves ``httpx.main`` as a stub; nothing else of httpx changes. (Set here,
+# in the command's entry point, never on import of the package: the pure core imports
+# nothing of httpx, not even this entry.)
+sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+
 # Each module exposes ``register(subparsers)``; the parser it adds sets ``func``.
 # Every command, by the module that registers it: a command line naming one builds only
 # that module's parser, so a node or controller process does not import every other
