@@ -315,12 +315,17 @@ class ControllerApp:
         if cached is None or cached[0] != key:
             plan = self.ctl.view.plan  # the plan the document is built from, for its rows
             self._status = (key, await asyncio.to_thread(build_status, self.ctl), plan)
-            return DocumentResponse(with_explanations(self._status[1], plan, query))
-        document = dict(cached[1])
-        bundle = document.get("portfolio_bundle")
-        if isinstance(bundle, dict):  # this answer solved nothing: the solve is reused
-            document["portfolio_bundle"] = {**bundle, "reused": True}
-        return DocumentResponse(with_explanations(document, cached[2], query))
+            document, plan = self._status[1], plan
+        else:
+            document, plan = dict(cached[1]), cached[2]
+            bundle = document.get("portfolio_bundle")
+            if isinstance(bundle, dict):  # this answer solved nothing: the solve is reused
+                document["portfolio_bundle"] = {**bundle, "reused": True}
+        if not query:
+            return DocumentResponse(document)
+        # a plan from the planning process builds the rows asked for on first read, by
+        # planning its tick's inputs again (``tickworker.ReplannedRows``): off the loop
+        return DocumentResponse(await asyncio.to_thread(with_explanations, document, plan, query))
 
     async def snapshot(self, request: Request) -> Response:
         require_operator(request, self.operator_token)

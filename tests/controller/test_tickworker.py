@@ -16,7 +16,8 @@ import psutil
 import pytest
 
 from gridctl.controller.collector import THRESHOLDS
-from gridctl.controller.tickworker import ProcessTicks, TickWorkerLost
+from gridctl.controller import tickworker
+from gridctl.controller.tickworker import ProcessTicks, ReplannedRows, TickWorkerLost, decide
 from gridctl.tick.computing import compute_tick
 from tests.controller.test_heartbeat_scale import node, quiet  # noqa: F401  (a fixture)
 
@@ -64,6 +65,37 @@ async def test_the_worker_decides_exactly_what_the_tick_thread_decides(
             assert sum(spent for _, spent in record.phases) <= record.duration_ms
     finally:
         ticks.close()
+
+
+async def test_rows_stay_in_the_worker_and_the_parent_builds_them_once_when_read(
+    quiet: Any,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    service, client, clock = quiet
+    async with client:
+        inputs = await fleet_inputs(service, client, clock)
+    here = compute_tick(inputs)
+    assert all(len(e.candidates) == 6 for e in here.plan.explanations)  # a row per host
+    # what crosses back: no row, the summary the status documents show
+    answer = decide(inputs)
+    assert [e.candidates for e in answer.plan.explanations] == [()] * len(answer.summaries)
+    assert list(answer.summaries) == [e.summary() for e in here.plan.explanations]
+    assert answer.shared and answer.portfolio is not None
+    assert answer.portfolio.plan is answer.plan
+    # the parent plans the same inputs again on the first read of any model's rows, once
+    runs: list[int] = []
+
+    def counted(again: Any) -> Any:
+        runs.append(1)
+        return compute_tick(again)
+
+    monkeypatch.setattr(tickworker, "compute_tick", counted)
+    plan = tickworker.with_rows(answer.plan, answer.summaries, ReplannedRows(inputs))
+    assert [e.summary() for e in plan.explanations] == list(answer.summaries)
+    assert runs == []  # summaries need no rows
+    for mine, theirs in zip(plan.explanations, here.plan.explanations, strict=True):
+        assert tuple(mine.candidates) == tuple(theirs.candidates)
+    assert runs == [1]
 
 
 async def test_a_killed_worker_fails_one_tick_and_the_next_starts_another(
