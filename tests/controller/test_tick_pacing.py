@@ -4,6 +4,7 @@ the time (the real service and its tick thread, in process)."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from pathlib import Path
@@ -55,5 +56,5 @@ def test_ticks_dirtied_without_pause_still_rest_as_long_as_they_took(tmp_path: P
         assert enough.wait(DEADLINE), f"only {len(spans)} ticks in {DEADLINE} s"
     finally:
         service.stop_ticking()
-    for (start, end), (after, _) in zip(spans, spans[1:], strict=False):
+    for (start, end), (after, _) in itertools.pairwise(spans):
         assert after - end >= end - start, (after - end, end - start)

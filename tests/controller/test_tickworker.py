@@ -15,8 +15,8 @@ from typing import Any
 import psutil
 import pytest
 
-from gridctl.controller.collector import THRESHOLDS
 from gridctl.controller import tickworker
+from gridctl.controller.collector import THRESHOLDS
 from gridctl.controller.tickworker import ProcessTicks, ReplannedRows, TickWorkerLost, decide
 from gridctl.tick.computing import compute_tick
 from tests.controller.test_heartbeat_scale import node, quiet  # noqa: F401  (a fixture)
