@@ -314,8 +314,8 @@ class ControllerApp:
         cached = self._status
         if cached is None or cached[0] != key:
             plan = self.ctl.view.plan  # the plan the document is built from, for its rows
-            self._status = (key, await asyncio.to_thread(build_status, self.ctl), plan)
-            document, plan = self._status[1], plan
+            document = await asyncio.to_thread(build_status, self.ctl)
+            self._status = (key, document, plan)
         else:
             document, plan = dict(cached[1]), cached[2]
             bundle = document.get("portfolio_bundle")

@@ -134,10 +134,25 @@ class _LoopThread:
         return future.result(timeout)
 
     def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(CALL_SECONDS)
+        """Let the tasks scheduled last take their first step (a connection's closing, say),
+        cancel whatever still runs and wait for it, then stop and close the loop: a task
+        left pending would never run, and its coroutine would never have been awaited."""
+        if self._thread.is_alive():
+            with contextlib.suppress(TimeoutError, RuntimeError):
+                asyncio.run_coroutine_threadsafe(_finish_tasks(), self.loop).result(CALL_SECONDS)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(CALL_SECONDS)
         if not self._thread.is_alive():
             self.loop.close()
+
+
+async def _finish_tasks() -> None:
+    await asyncio.sleep(0)  # tasks created by the step before this one start now
+    current = asyncio.current_task()
+    tasks = [task for task in asyncio.all_tasks() if task is not current]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class _Forwarder:

@@ -6,10 +6,13 @@ stood in for by a plain echo server, so "got through" means bytes came back.
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import socket
 import ssl
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +30,7 @@ from gridctl.node.rpctunnel import (
     CoordinatorForwarder,
     StageTunnel,
     TlsIdentity,
+    _LoopThread,
     coordinator_client_context,
 )
 from tests.node.stage_certs import fleet_ca, fleet_identity
@@ -157,3 +161,26 @@ def test_the_coordinator_forwarder_reaches_the_stage_and_checks_who_it_is(
     finally:
         for forwarder in (right, wrong, tunnel):
             forwarder.close()
+
+
+def test_stopping_the_loop_runs_the_tasks_its_last_step_created() -> None:
+    """A connection's closing scheduled in the loop's last step (as a cancelled splice
+    schedules one) still runs: a task left pending on a closed loop never starts."""
+    looper = _LoopThread("test-loop")
+    ran: list[str] = []
+
+    async def closing() -> None:
+        ran.append("closing")
+        await asyncio.sleep(3600)  # cancelled by the stop
+
+    def schedule() -> None:
+        looper.loop.create_task(closing())
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        looper.loop.call_soon_threadsafe(schedule)
+        looper.stop()
+        gc.collect()
+    assert ran == ["closing"]
+    assert looper.loop.is_closed()
+    assert not [w for w in caught if "never awaited" in str(w.message)]
