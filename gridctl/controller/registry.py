@@ -742,6 +742,10 @@ class Registry:
 
     # -- planning side --------------------------------------------------------
 
+    def __len__(self) -> int:
+        """How many hosts it holds."""
+        return len(self._hosts)
+
     def hosts(self) -> list[HostRecord]:
         with self._lock:
             return [self._hosts[h] for h in sorted(self._hosts)]

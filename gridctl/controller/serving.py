@@ -156,6 +156,24 @@ def tick_rest(took: float, since: float) -> float:
     return max(0.0, took - since)
 
 
+QUIET_HOSTS_PER_SECOND = 1000  # a quiet large fleet's periodic tick: a second per 1,000 hosts
+
+
+def quiet_period(interval: float, hosts: int, stale_seconds: float) -> float:
+    """How long after a tick began the next periodic one is due when no input dirtied
+    the plan: ``interval``, or on a fleet of more than ``interval`` x 1,000 hosts a
+    second per 1,000 hosts, but never past a quarter of the heartbeat staleness bound
+    (a host that fell silent is still found well within it).
+
+    A periodic tick on an unchanged fleet only lets time pass in the plan (commands'
+    time to live, staleness, idle timers), and it costs in proportion to the fleet: at
+    5,000 hosts about 300 ms, a third of it in the serving process. Every 2 s that is
+    about a third of the controller's CPU for the fleet's heartbeats. A tick an input
+    dirtied is not delayed by this (``_tick_loop``), and a fleet of up to 2,000 hosts
+    (at the default interval) keeps ``interval``."""
+    return max(interval, min(hosts / QUIET_HOSTS_PER_SECOND, stale_seconds / 4))
+
+
 class ControllerService:
     """Everything one `gridctl controller` process runs."""
 
@@ -389,13 +407,18 @@ class ControllerService:
     # -- loops ---------------------------------------------------------------------
 
     def _tick_loop(self) -> None:
-        """Tick when an input dirtied the plan, and at least once per period, counted from
-        the start of the last tick (so a long tick does not stretch the period); but
-        never sooner after a tick ends than that tick took (``tick_rest``)."""
+        """Tick when an input dirtied the plan, and at least once per period
+        (``quiet_period``), counted from the start of the last tick; but never sooner
+        after a tick ends than that tick took (``tick_rest``)."""
         started = ended = time.monotonic()
         took = 0.0
+        controller = self.controller
         while not self._stop.is_set():
-            due = self.options.tick_interval - (time.monotonic() - started)
+            stale = controller.policy().heartbeat_stale_seconds
+            period = quiet_period(self.options.tick_interval, len(self.registry), stale)
+            # an unchanged heartbeat is covered by a plan at most two periods old
+            controller.cover_seconds = 2 * period
+            due = period - (time.monotonic() - started)
             if due > 0:
                 self.controller.wake.wait(due)
             rest = tick_rest(took, time.monotonic() - ended)

@@ -1,9 +1,11 @@
 """The tick loop rests after a tick as long as that tick took, so inputs that arrive
 faster than ticks end cannot keep the tick thread (and the planning process) busy all
-the time (the real service and its tick thread, in process)."""
+the time; and a quiet large fleet's periodic tick comes a second per 1,000 hosts (the
+real service and its tick thread, in process)."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import threading
 import time
@@ -13,9 +15,10 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gridctl.controller.serving import tick_rest
+import gridctl.controller.serving as serving
+from gridctl.controller.serving import quiet_period, tick_rest
 from gridctl.tick.computing import compute_tick
-from tests.controller.simnodes import sim_service
+from tests.controller.simnodes import SimNode, sim_service
 from tests.controller.test_http_flow import POLICY, profile
 
 SLOW_SECONDS = 0.15  # what each tick's computation takes here
@@ -58,3 +61,62 @@ def test_ticks_dirtied_without_pause_still_rest_as_long_as_they_took(tmp_path: P
         service.stop_ticking()
     for (start, end), (after, _) in itertools.pairwise(spans):
         assert after - end >= end - start, (after - end, end - start)
+
+
+@given(
+    interval=st.floats(min_value=0.001, max_value=60, allow_nan=False),
+    hosts=st.integers(min_value=0, max_value=100_000),
+    stale=st.floats(min_value=0.01, max_value=3600, allow_nan=False),
+)
+def test_a_quiet_fleet_ticks_a_second_per_thousand_hosts_within_its_staleness_bound(
+    interval: float, hosts: int, stale: float
+) -> None:
+    period = quiet_period(interval, hosts, stale)
+    assert period >= interval  # never more often than the operator's interval
+    assert period <= max(interval, stale / 4)  # a silent host is still found in time
+    if hosts <= interval * 1000:
+        assert period == interval  # fleets this small keep the interval
+    elif stale / 4 >= hosts / 1000:
+        assert period == hosts / 1000
+
+
+def test_the_service_ticks_a_quiet_fleet_on_its_fleet_sized_period(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Three hosts at 10 per second (for the test's sake, 1,000 in the product): the
+    periodic tick of the unchanged fleet comes every 0.3 s, not every 0.05 s, and an
+    unchanged heartbeat counts as covered by a plan up to two of those periods old."""
+    monkeypatch.setattr(serving, "QUIET_HOSTS_PER_SECOND", 10)
+    service, clock = sim_service(
+        tmp_path, {"gemma.yaml": profile("gemma"), "policy.yaml": POLICY}, tick_interval=0.05
+    )
+    app = service.build_app()
+    ctl = service.controller
+    starts: list[float] = []
+    enough = threading.Event()
+
+    def counted(inputs: Any) -> Any:
+        starts.append(time.monotonic())
+        if len(starts) >= 8:
+            enough.set()
+        return compute_tick(inputs)
+
+    async def register_three() -> None:
+        import httpx
+
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://ctl") as client:
+            for name in ("h1", "h2", "h3"):
+                node = SimNode.for_controller(tmp_path / "state", name, client, clock)
+                assert (await node.register()).status_code == 200
+
+    asyncio.run(register_three())
+    ctl.compute = counted
+    service.start_ticking()
+    try:
+        assert enough.wait(DEADLINE), f"only {len(starts)} ticks in {DEADLINE} s"
+    finally:
+        service.stop_ticking()
+    gaps = [after - before for before, after in itertools.pairwise(starts[2:])]
+    assert all(gap >= 0.3 - 0.01 for gap in gaps), gaps  # the first ones saw registrations
+    assert ctl.cover_seconds == 0.6
