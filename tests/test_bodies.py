@@ -9,7 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gridctl.bodies import MAX_INTEGER_DIGITS, MAX_JSON_DEPTH, nested_deeper_than, parse_json
+from gridctl.bodies import (
+    MAX_INTEGER_DIGITS,
+    MAX_JSON_DEPTH,
+    _decode_strictly,
+    nested_deeper_than,
+    parse_json,
+)
 from gridctl.errors import WireError
 
 
@@ -120,3 +126,48 @@ def test_bodies_decode_as_json_loads_does(value: Any, encoding: str) -> None:
     """Any encoding ``json.loads`` detects on bytes is read the same way."""
     body = json.dumps(value, ensure_ascii=False).encode(encoding)
     assert parse_json(body, max_depth=64) == json.loads(body)
+
+
+TOKENS = [
+    b"{", b"}", b"[", b"]", b'"', b"\\", b":", b",", b"0", b"1", b"9", b"-", b".", b"e",
+    b"E", b"+", b"a", b"u", b"d", b"8", b" ", b"\t", b"\n", b"\r", b"\x0c", b"\x00",
+    b"\x1f", b"\xff", b"\xc3\xa9", b"\xed\xa0\x80", b"\xef\xbb\xbf", b"true", b"false",
+    b"null", b"NaN", b"Infinity", b"\\u", b"\\ud800", b"\\udc00", b"\\u0000", b"9" * 18,
+    b"1" * 19, b"18446744073709551616", b"1e400", b"1e-400", b'{"a": 1}', b"[1, 2.5]",
+]  # fmt: skip
+
+
+def outcome(decode: Any, body: bytes) -> tuple[str, Any]:
+    try:
+        return ("value", decode(body))
+    except WireError as exc:
+        return ("refused", str(exc))
+
+
+@settings(max_examples=3000, deadline=None)
+@given(
+    body=st.one_of(
+        st.lists(st.sampled_from(TOKENS), max_size=24).map(b"".join),
+        json_values.map(lambda v: json.dumps(v, ensure_ascii=False).encode()),
+        st.integers(-(10**25), 10**25).map(lambda n: str(n).encode()),
+        st.floats(allow_nan=False).map(lambda f: repr(f).encode()),
+    )
+)
+def test_the_fast_decoder_answers_as_the_strict_one_does(body: bytes) -> None:
+    """Whatever orjson takes, it reads as the strict decoder does: the same value, or
+    the same refusal (the strict decoder's own words)."""
+    fast = outcome(parse_json, body)
+    if not body:
+        assert fast == ("value", None)  # no body: the caller's default
+        return
+    strict = outcome(lambda b: _decode_strictly(b, "deeper"), body)
+    if strict[0] == "refused":
+        assert fast[0] == "refused", (body, fast)
+        return
+    if fast[0] == "refused":  # a check after decoding (a lone surrogate), both paths
+        assert not any(
+            word in fast[1] for word in ("not valid JSON", "not a JSON number", "out of range")
+        ), (body, fast)
+        return
+    assert fast == strict, body
+    assert type(fast[1]) is type(strict[1]), body

@@ -242,7 +242,9 @@ class ControllerApp:
                 409, f"{host_id!r} is an external engine's name; this host needs another id"
             )
         self.ctl.register(host_id, payload)
-        return JSONResponse(self._node_answer(self.ctl.delivery.heartbeat_response(host_id, [])))
+        return DocumentResponse(
+            self._node_answer(self.ctl.delivery.heartbeat_response(host_id, []))
+        )
 
     async def heartbeat(self, request: Request) -> Response:
         host_id = request.path_params["node_id"]
@@ -265,7 +267,7 @@ class ControllerApp:
         answer = self.ctl.delivery.heartbeat_response(host_id, commands)
         if not current:
             answer["send_full_inventory"] = True
-        return JSONResponse(self._node_answer(answer))
+        return DocumentResponse(self._node_answer(answer))
 
     def _full_heartbeat(self, host_id: str, payload: Any) -> tuple[int, bool]:
         return self.ctl.heartbeat(host_id, payload), True
