@@ -199,7 +199,7 @@ class HostClient:
                 if status != 200:
                     if tally is not None:
                         tally.error(kind, f"HTTP {status}")
-                    return refused(status)
+                    return refused(status, answer)
                 host.registered = True
                 host.answered({})
             for kind in KINDS:
@@ -244,9 +244,18 @@ class Outcome(NamedTuple):
     permanent: bool = False
 
 
-def refused(status: int) -> Outcome:
+def refused(status: int, answer: bytes = b"") -> Outcome:
+    """A refusal's next round, as the agent takes it: a controller behind a large fleet
+    names when to register again (503, ``retry_after_seconds``), as ``come_back_in``."""
     if status in (401, 403):
         return Outcome(False, PERMANENT_RETRY_SECONDS, permanent=True)
+    if status == 503:
+        try:
+            named = json.loads(answer)["error"]["retry_after_seconds"]
+        except (ValueError, KeyError, TypeError):
+            named = None
+        if isinstance(named, int | float):
+            return Outcome(False, min(max(float(named), 0.5), 60.0))
     return Outcome(False, TRANSIENT_RETRY_SECONDS)
 
 

@@ -201,6 +201,27 @@ class _StateCollector(Collector):
         yield beats
 
 
+class _AdmissionCollector(Collector):
+    """The serving loop's lag and the registrations asked to wait (``admission``)."""
+
+    def __init__(self, lag: Callable[[], float], deferred: Callable[[], int]) -> None:
+        self.lag = lag
+        self.deferred = deferred
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "gridctl_serving_loop_lag_seconds",
+            "how much later than asked the serving loop last ran a timed callback",
+            value=self.lag(),
+        )
+        yield CounterMetricFamily(
+            "gridctl_registrations_deferred",
+            "registrations answered 503 with a time to come back while the serving loop "
+            "was behind a large fleet",
+            value=self.deferred(),
+        )
+
+
 class ControllerMetrics:
     """The collectors of one controller and the sinks that feed them."""
 
@@ -252,6 +273,10 @@ class ControllerMetrics:
         self.registry.register(_StateCollector(ctl))
         with _live_lock:
             _live.add(self)
+
+    def watch_admission(self, lag: Callable[[], float], deferred: Callable[[], int]) -> None:
+        """Export the serving loop's lag and the deferred registrations too."""
+        self.registry.register(_AdmissionCollector(lag, deferred))
 
     def observe_tick(self, record: TickRecord) -> None:
         self.tick_duration.observe(max(0.0, record.duration_ms / 1000.0))

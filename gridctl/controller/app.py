@@ -21,6 +21,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gridctl.bodies import parse_json, read_bounded
+from gridctl.controller.admission import retry_after_header
 from gridctl.controller.applying import (
     applied_summary,
     cancel_applied_plan,
@@ -183,8 +184,11 @@ class ControllerApp:
         save_external: Callable[[str, dict[str, Any]], None] | None = None,
         remove_external: Callable[[str], bool] | None = None,
         node_extras: Callable[[], dict[str, Any]] | None = None,
+        registration_wait: Callable[[], float | None] | None = None,
     ) -> None:
         self.node_extras = node_extras  # added to every node response (trust bundle digest)
+        # None: take a registration now; else how long its host waits (``admission``)
+        self.registration_wait = registration_wait
         self.ctl = controller
         self._operator = operator_token
         self.save_external = save_external
@@ -232,6 +236,16 @@ class ControllerApp:
         return JSONResponse({"ok": True})
 
     async def register(self, request: Request) -> Response:
+        wait = self.registration_wait() if self.registration_wait is not None else None
+        if wait is not None:  # behind on the hosts it holds: answered before the body is read
+            message = (
+                f"the controller is behind on the hosts it holds; register again in {wait:g} s"
+            )
+            return JSONResponse(
+                {"error": {"message": message, "retry_after_seconds": wait}},
+                status_code=503,
+                headers={"Retry-After": retry_after_header(wait)},
+            )
         host_id = request.path_params["node_id"]
         claims = require_node(request, host_id, self.verify_node)
         payload = await read_json(request)

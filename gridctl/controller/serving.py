@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import secrets
 import ssl
 import sys
@@ -26,6 +27,7 @@ from httpx_aiohttp import AiohttpTransport
 from starlette.applications import Starlette
 
 from gridctl.config.resolving import policy_from_document
+from gridctl.controller.admission import LoopLag, RegistrationGate
 from gridctl.controller.app import ControllerApp
 from gridctl.controller.control import Controller
 from gridctl.controller.desired import ApiDesired, DesiredProvider
@@ -243,10 +245,18 @@ class ControllerService:
         # an unchanged heartbeat is covered by a plan at most two periods old: the periodic
         # tick is due within one period of the last and may take part of another
         self.controller.cover_seconds = 2 * options.tick_interval
+        # registrations wait while the serving loop is behind a large fleet (``admission``)
+        self.loop_lag = LoopLag()
+        self.registrations = RegistrationGate(
+            self.loop_lag, lambda: len(self.registry), random.Random(secrets.randbits(64))
+        )
         self.tap = TelemetryTap()
         self.tap.add(self.controller.demand.observe)
         self.tap.add(self._demand_arrived)
         self.metrics = ControllerMetrics(self.controller, known_model=self._configured)
+        self.metrics.watch_admission(
+            lambda: self.loop_lag.seconds, lambda: self.registrations.deferred
+        )
         self.tap.add(self.metrics.observe_request)
         self.controller.tick_observers.append(self.metrics.observe_tick)
         self.controller.tick_observers.append(self._refresh_reasons)
@@ -647,6 +657,7 @@ class ControllerService:
             save_external=self._save_external,
             remove_external=self._remove_external,
             node_extras=self._node_extras,
+            registration_wait=self.registrations.wait,
         ).build()
         # the forwarded POSTs skip the routing and exception layers (same guard, same router)
         app.add_middleware(
@@ -667,7 +678,10 @@ class ControllerService:
             self._tick_thread.start()
             self._start_renewing()
             stop_watch = asyncio.Event()
-            tasks = [asyncio.create_task(self._probe_loop(upstream))]
+            tasks = [
+                asyncio.create_task(self._probe_loop(upstream)),
+                asyncio.create_task(self.loop_lag.watch()),
+            ]
             if self.source is not None:
                 tasks.append(
                     asyncio.create_task(

@@ -76,6 +76,32 @@ def require_safe_controller_url(url: str) -> None:
         raise PermanentError(str(exc)) from None
 
 
+RETRY_SECONDS = 2.0  # after a refusal that names no time to come back
+RETRY_BOUNDS = (0.5, 60.0)  # what the agent takes of a time the controller names
+
+
+def come_back_in(response: httpx.Response) -> float:
+    """How long to wait before asking again after ``response`` refused: the
+    controller's ``retry_after_seconds`` (a controller behind a large fleet spreads the
+    hosts it defers, ``gridctl.controller.admission``), else its ``Retry-After``
+    header in seconds, within ``RETRY_BOUNDS``; else ``RETRY_SECONDS``."""
+    named: object = None
+    try:
+        answer = response.json()
+    except ValueError:
+        answer = None
+    if isinstance(answer, dict) and isinstance(answer.get("error"), dict):
+        named = answer["error"].get("retry_after_seconds")
+    if not isinstance(named, int | float) or isinstance(named, bool):
+        try:
+            named = float(response.headers.get("retry-after", ""))
+        except ValueError:
+            return RETRY_SECONDS
+    low, high = RETRY_BOUNDS
+    value = float(named)
+    return min(max(value, low), high) if value == value else RETRY_SECONDS
+
+
 def _asks_full(response: httpx.Response) -> bool:
     try:
         answer = response.json()
@@ -269,7 +295,9 @@ class NodeAgent:
         if response.status_code in (401, 403):
             raise PermanentError(f"registration refused: {self._refused(response)}")
         if not response.is_success:
-            raise TransientError(f"registration failed: {self._refused(response)}", 2.0)
+            raise TransientError(
+                f"registration failed: {self._refused(response)}", come_back_in(response)
+            )
         self.inventory.taken(inventory, self.monotonic())
         self.registered = True
         self.status["registered"] = True

@@ -222,5 +222,8 @@ def test_a_host_paces_its_rounds_as_the_node_agent_does() -> None:
         waits.append(start - 101.0)
     assert waits == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0]  # the agent's capped doubling
     assert after(loadgen.refused(401), 4.0) == (131.0, 4.0)  # a refusal waits 30 s
+    deferred = b'{"error": {"message": "behind", "retry_after_seconds": 12.5}}'
+    assert after(loadgen.refused(503, deferred)) == (113.5, 12.5)  # the controller's time
+    assert after(loadgen.refused(503, deferred), 16.0) == (131.0, 30.0)  # capped as ever
     forgotten = loadgen.Outcome(False, loadgen.FORGOTTEN_RETRY_SECONDS)
     assert after(forgotten) == (101.5, 0.5)

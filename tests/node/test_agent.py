@@ -10,13 +10,20 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import httpx
 import pytest
 
+import gridctl.controller.admission as admission
 from gridctl.cli.main import main
 from gridctl.credentials import write_secret_file
-from gridctl.errors import PermanentError
+from gridctl.errors import PermanentError, TransientError
 from gridctl.node.actuator import PortRange
-from gridctl.node.agent import require_safe_controller_url
+from gridctl.node.agent import (
+    RETRY_BOUNDS,
+    RETRY_SECONDS,
+    come_back_in,
+    require_safe_controller_url,
+)
 from gridctl.node.daemon import NodeConfig, NodeParts, build_node
 from tests.node.controller_harness import ControllerHarness, running_controller, wait_until
 
@@ -272,3 +279,51 @@ def test_a_controller_that_lost_the_inventory_gets_it_in_full(running: Running) 
     assert taken
     agent = running.parts.agent
     wait_until(lambda: registry.host(HOST).inventory_digest == agent.inventory.digest, 60)  # type: ignore[union-attr]
+
+
+def test_a_controller_behind_its_fleet_defers_registration_and_names_when(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(admission, "GATE_FROM_HOSTS", 0)  # every fleet is large here
+    monkeypatch.setattr(admission, "LAG_LIMIT_SECONDS", -1.0)  # and always behind
+    with running_controller(tmp_path / "controller") as fake:
+        token_file = tmp_path / "node.token"
+        write_secret_file(token_file, fake.token(HOST))
+        config = NodeConfig(
+            HOST, fake.url, token_file, tmp_path / "node", capacity_mb=1024,
+            binary=Path("/nonexistent"),
+        )  # fmt: skip
+        parts = build_node(config)
+        try:
+            with pytest.raises(TransientError, match="behind") as caught:
+                parts.agent.register()
+            low, high = admission.RETRY_SECONDS
+            assert low <= caught.value.retry_after <= high  # the controller's own time
+            assert fake.registrations == []
+            monkeypatch.setattr(admission, "LAG_LIMIT_SECONDS", 3600.0)  # caught up
+            parts.agent.register()
+            assert len(fake.registrations) == 1
+        finally:
+            parts.agent.close()
+            parts.store.close()
+
+
+def refusal(body: object = None, **headers: str) -> httpx.Response:
+    if body is None:
+        return httpx.Response(503, headers=headers, content=b"not json")
+    return httpx.Response(503, headers=headers, json=body)
+
+
+def test_the_time_to_come_back_is_the_controllers_within_bounds() -> None:
+    low, high = RETRY_BOUNDS
+    named = {"error": {"message": "behind", "retry_after_seconds": 7.25}}
+    assert come_back_in(refusal(named, **{"Retry-After": "9"})) == 7.25  # the body's, exact
+    assert come_back_in(refusal(**{"Retry-After": "9"})) == 9.0  # else the header's
+    assert come_back_in(refusal({"error": {"retry_after_seconds": True}})) == RETRY_SECONDS
+    assert come_back_in(refusal()) == RETRY_SECONDS  # neither
+    assert (
+        come_back_in(refusal(**{"Retry-After": "Wed, 21 Oct 2026 07:28:00 GMT"})) == RETRY_SECONDS
+    )
+    assert come_back_in(refusal(**{"Retry-After": "nan"})) == RETRY_SECONDS
+    assert come_back_in(refusal({"error": {"retry_after_seconds": 0.01}})) == low
+    assert come_back_in(refusal({"error": {"retry_after_seconds": 1e9}})) == high
