@@ -9,9 +9,11 @@ import asyncio
 import itertools
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -23,6 +25,28 @@ from tests.controller.test_http_flow import POLICY, profile
 
 SLOW_SECONDS = 0.15  # what each tick's computation takes here
 DEADLINE = 60.0
+
+
+def tick_until(service: Any, compute: Callable[[Any], Any], count: int) -> None:
+    """Run the service's tick loop, planning with ``compute``, until it planned ``count``
+    times (or fail at ``DEADLINE``)."""
+    calls = 0
+    enough = threading.Event()
+
+    def counted(inputs: Any) -> Any:
+        nonlocal calls
+        outcome = compute(inputs)
+        calls += 1
+        if calls >= count:
+            enough.set()
+        return outcome
+
+    service.controller.compute = counted
+    service.start_ticking()
+    try:
+        assert enough.wait(DEADLINE), f"only {calls} ticks in {DEADLINE} s"
+    finally:
+        service.stop_ticking()
 
 
 @given(
@@ -41,7 +65,6 @@ def test_ticks_dirtied_without_pause_still_rest_as_long_as_they_took(tmp_path: P
     service.build_app()
     ctl = service.controller
     spans: list[tuple[float, float]] = []
-    enough = threading.Event()
 
     def slow(inputs: Any) -> Any:
         started = time.monotonic()
@@ -49,16 +72,9 @@ def test_ticks_dirtied_without_pause_still_rest_as_long_as_they_took(tmp_path: P
         outcome = compute_tick(inputs)
         spans.append((started, time.monotonic()))
         ctl.mark_dirty()  # an input arrived meanwhile: the next tick is due at once
-        if len(spans) >= 6:
-            enough.set()
         return outcome
 
-    ctl.compute = slow
-    service.start_ticking()
-    try:
-        assert enough.wait(DEADLINE), f"only {len(spans)} ticks in {DEADLINE} s"
-    finally:
-        service.stop_ticking()
+    tick_until(service, slow, 6)
     for (start, end), (after, _) in itertools.pairwise(spans):
         assert after - end >= end - start, (after - end, end - start)
 
@@ -93,17 +109,12 @@ def test_the_service_ticks_a_quiet_fleet_on_its_fleet_sized_period(
     app = service.build_app()
     ctl = service.controller
     starts: list[float] = []
-    enough = threading.Event()
 
     def counted(inputs: Any) -> Any:
         starts.append(time.monotonic())
-        if len(starts) >= 8:
-            enough.set()
         return compute_tick(inputs)
 
     async def register_three() -> None:
-        import httpx
-
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://ctl") as client:
             for name in ("h1", "h2", "h3"):
@@ -111,12 +122,7 @@ def test_the_service_ticks_a_quiet_fleet_on_its_fleet_sized_period(
                 assert (await node.register()).status_code == 200
 
     asyncio.run(register_three())
-    ctl.compute = counted
-    service.start_ticking()
-    try:
-        assert enough.wait(DEADLINE), f"only {len(starts)} ticks in {DEADLINE} s"
-    finally:
-        service.stop_ticking()
+    tick_until(service, counted, 8)
     gaps = [after - before for before, after in itertools.pairwise(starts[2:])]
     assert all(gap >= 0.3 - 0.01 for gap in gaps), gaps  # the first ones saw registrations
     assert ctl.cover_seconds == 0.6
