@@ -32,6 +32,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import math
 import secrets
 import ssl
 import time
@@ -97,9 +98,11 @@ def come_back_in(response: httpx.Response) -> float:
             named = float(response.headers.get("retry-after", ""))
         except ValueError:
             return RETRY_SECONDS
-    low, high = RETRY_BOUNDS
     value = float(named)
-    return min(max(value, low), high) if value == value else RETRY_SECONDS
+    if math.isnan(value):
+        return RETRY_SECONDS
+    low, high = RETRY_BOUNDS
+    return min(max(value, low), high)
 
 
 def _asks_full(response: httpx.Response) -> bool:
